@@ -1,0 +1,110 @@
+"""CPU backend. PyTorch keeps no allocator statistics on the CPU, so this backend counts tensor
+storages itself (a dispatch mode that sees every op's outputs and a weak reference that sees each
+storage freed). That gives exact allocated/peak bytes comparable to `max_memory_allocated`, and
+an allocation limit for testing the OOM search without a GPU.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from gcdoctor.backends.base import Backend
+
+
+class StorageCounter:
+    """Live bytes of tracked tensor storages, their peak, and an optional limit."""
+
+    def __init__(self) -> None:
+        self.live: dict[int, int] = {}
+        self.refs: dict[int, Any] = {}
+        self.allocated = 0
+        self.peak = 0
+        self.limit: int | None = None
+        self._lock = threading.Lock()
+
+    def add(self, t: torch.Tensor) -> None:
+        if not isinstance(t, torch.Tensor) or t.device.type != "cpu" or t.is_sparse:
+            return
+        try:
+            st = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return
+        n = st.nbytes()
+        key = st.data_ptr()
+        if n == 0 or key in self.live:
+            return
+        with self._lock:
+            self.live[key] = n
+            self.allocated += n
+            self.peak = max(self.peak, self.allocated)
+            self.refs[key] = weakref.ref(st, lambda _r, key=key: self._free(key))
+
+    def _free(self, key: int) -> None:
+        with self._lock:
+            n = self.live.pop(key, 0)
+            self.refs.pop(key, None)
+            self.allocated -= n
+
+    def check_limit(self) -> None:
+        if self.limit is not None and self.allocated > self.limit:
+            raise torch.OutOfMemoryError(
+                f"CPU out of memory: gcdoctor allocation limit {self.limit} bytes exceeded "
+                f"({self.allocated} bytes live)")
+
+
+class _CountingMode(TorchDispatchMode):
+    def __init__(self, counter: StorageCounter) -> None:
+        super().__init__()
+        self.counter = counter
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                self.counter.add(t)
+        self.counter.check_limit()
+        return out
+
+
+class CpuBackend(Backend):
+    kind = "cpu"
+
+    def __init__(self, index: int = 0) -> None:
+        super().__init__(0)
+        self.counter = StorageCounter()
+
+    @contextlib.contextmanager
+    def tracking(self, *tensors_alive: torch.Tensor):
+        """Count allocations made inside; tensors that already exist are registered first."""
+        for t in tensors_alive:
+            self.counter.add(t)
+        with _CountingMode(self.counter):
+            yield self.counter
+
+    def track(self, tensors) -> None:
+        for t in tensors:
+            self.counter.add(t)
+
+    def reset_peak(self) -> None:
+        self.counter.peak = self.counter.allocated
+
+    def memory_allocated(self) -> int | None:
+        return self.counter.allocated
+
+    def max_memory_allocated(self) -> int | None:
+        return self.counter.peak
+
+    def set_memory_limit(self, limit_bytes: int | None) -> None:
+        self.counter.limit = limit_bytes
+
+    def memory_limit(self) -> int | None:
+        return self.counter.limit
+
+    def total_memory(self) -> int | None:
+        return self.counter.limit

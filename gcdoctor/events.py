@@ -1,0 +1,155 @@
+"""The session's event stream: one bus that the TUI, the console and the run directory follow.
+
+Events are plain dataclasses that serialise to one JSON line each (`events.jsonl` in the run
+directory), so a recorded stream can be replayed into any front end. No torch, no Textual.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from gcdoctor.facts.serde import from_dict, to_dict
+
+
+@dataclass
+class RunStarted:
+    run_dir: str
+    command: str
+    settings: dict[str, Any] = field(default_factory=dict)  # model, seq_len, dtype, probes ...
+    environment: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ProbeStarted:
+    probe: str
+    description: str = ""
+    total_units: int | None = None  # planned measurement units (variants x batches), if known
+
+
+@dataclass
+class Progress:
+    """A probe moved on: which variant/batch it is at and how much of its plan is done."""
+
+    probe: str
+    variant: str = ""
+    batch_size: int | None = None
+    done_units: int = 0
+    total_units: int | None = None
+    message: str = ""
+
+
+@dataclass
+class StepMeasured:
+    probe: str
+    variant: str
+    batch_size: int
+    step_index: int
+    step_ms: float
+    phase: str = "measure"  # warmup | measure | search | profile
+    loss: float | None = None
+    peak_allocated_bytes: int | None = None
+
+
+@dataclass
+class MeasurementRecorded:
+    """A finished row of a probe's table (what the TUI's measurement table shows)."""
+
+    probe: str
+    row: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TelemetrySampled:
+    t: float  # time.monotonic() seconds, the clock of step boundaries
+    values: dict[str, float | None] = field(default_factory=dict)
+
+
+@dataclass
+class VerdictIssued:
+    verdict: dict[str, Any]  # Verdict.to_dict()
+
+
+@dataclass
+class ProbeFinished:
+    probe: str
+    ok: bool = True
+    error: str | None = None
+    seconds: float | None = None
+
+
+@dataclass
+class LogMessage:
+    text: str
+    level: str = "info"  # info | warning | error
+
+
+@dataclass
+class RunFinished:
+    run_dir: str
+    interrupted: bool = False
+    error: str | None = None
+    report_path: str | None = None
+    verdict_counts: dict[str, int] = field(default_factory=dict)
+
+
+EVENT_TYPES: dict[str, type] = {
+    cls.__name__: cls
+    for cls in (RunStarted, ProbeStarted, Progress, StepMeasured, MeasurementRecorded,
+                TelemetrySampled, VerdictIssued, ProbeFinished, LogMessage, RunFinished)
+}
+
+
+def event_to_json(event: Any, wall: float | None = None) -> str:
+    """One JSON line: {"type": ..., "wall": unix seconds, **fields}."""
+    return json.dumps({"type": type(event).__name__, "wall": time.time() if wall is None else wall,
+                       **to_dict(event)})
+
+
+def event_from_json(line: str) -> Any:
+    data = json.loads(line)
+    cls = EVENT_TYPES[data.pop("type")]
+    data.pop("wall", None)
+    return from_dict(cls, data)
+
+
+def read_events(path: str) -> Iterable[Any]:
+    with open(path) as fh:
+        for line in fh:
+            if line.strip():
+                yield event_from_json(line)
+
+
+class EventBus:
+    """Fan-out of events to subscribers. Thread-safe: the telemetry sampler emits from its thread.
+
+    A subscriber must be quick and must not raise; one that raises is reported once and dropped,
+    so a broken front end can never stop a measurement.
+    """
+
+    def __init__(self) -> None:
+        self._subscribers: list[Callable[[Any], None]] = []
+        self._lock = threading.Lock()
+
+    def subscribe(self, fn: Callable[[Any], None]) -> Callable[[Any], None]:
+        with self._lock:
+            self._subscribers.append(fn)
+        return fn
+
+    def unsubscribe(self, fn: Callable[[Any], None]) -> None:
+        with self._lock:
+            if fn in self._subscribers:
+                self._subscribers.remove(fn)
+
+    def emit(self, event: Any) -> None:
+        with self._lock:
+            subscribers = list(self._subscribers)
+        for fn in subscribers:
+            try:
+                fn(event)
+            except Exception as exc:  # noqa: BLE001 - a front end must not kill the run
+                self.unsubscribe(fn)
+                if not isinstance(event, LogMessage):
+                    self.emit(LogMessage(f"a subscriber failed and was detached: {exc!r}", "warning"))

@@ -1,0 +1,162 @@
+"""Facts: everything a rule may read, serialised to `facts.json`.
+
+Facts are the contract between measuring and judging. This package never imports torch,
+so recorded runs can be re-judged anywhere. Units are in the names; a value that was not
+measured is None, with the reason in `Facts.unavailable` under its dotted path.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gcdoctor.facts.granularity import GranularityFacts
+from gcdoctor.facts.jitter import JitterFacts
+from gcdoctor.facts.memory import MemoryModelFacts
+from gcdoctor.facts.offload import OffloadFacts
+from gcdoctor.facts.serde import from_dict, to_dict
+from gcdoctor.facts.sweep import Measurement, SearchTrial, SweepFacts
+from gcdoctor.facts.telemetry import SeriesSummary, TelemetryFacts
+from gcdoctor.facts.trace import TraceMetrics
+from gcdoctor.facts.watch import WatchFacts
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Environment:
+    """Where the numbers came from: a figure without its device and versions is not evidence."""
+
+    device_kind: str = ""  # cuda | musa | cpu
+    device_name: str = ""
+    device_count: int | None = None
+    total_memory_bytes: int | None = None
+    driver: str | None = None
+    runtime: str | None = None  # CUDA / MUSA runtime version
+    torch: str | None = None
+    transformers: str | None = None
+    deepspeed: str | None = None
+    torch_musa: str | None = None
+    python: str | None = None
+    host: str | None = None
+    cpu_count: int | None = None
+    host_memory_bytes: int | None = None
+    peak_bf16_tflops: float | None = None  # from gcdoctor.hardware, None where unknown
+    peak_fp32_tflops: float | None = None
+    memory_bandwidth_gbs: float | None = None
+    pcie_peak_gbs: float | None = None
+    gcdoctor: str | None = None
+
+
+@dataclass
+class ModelInfo:
+    name: str = ""
+    source: str = ""  # registry name or config path
+    architecture: str = ""
+    n_layers: int = 0  # layers actually built
+    n_layers_full: int = 0  # layers in the config
+    hidden_size: int = 0
+    intermediate_size: int = 0
+    n_heads: int = 0
+    n_kv_heads: int = 0
+    vocab_size: int = 0
+    n_params: int = 0  # of the model as built
+    dtype: str = ""
+    attn_implementation: str = ""
+
+
+@dataclass
+class RunSettings:
+    command: str = "diagnose"
+    seq_len: int = 0
+    dtype: str = ""
+    optimizer: str = "adamw"
+    warmup_steps: int = 1
+    measure_steps: int = 3
+    probes: list[str] = field(default_factory=list)
+    started_at: str = ""  # ISO time
+    finished_at: str | None = None
+    wall_s: float | None = None
+    interrupted: bool = False
+    error: str | None = None
+
+
+@dataclass
+class ProfilerOverhead:
+    """Step time with and without the profiler, same variant and batch."""
+
+    variant: str = ""
+    batch_size: int = 0
+    unprofiled_step_ms: float | None = None
+    profiled_step_ms: float | None = None
+
+    @property
+    def overhead_pct(self) -> float | None:
+        if not self.unprofiled_step_ms or self.profiled_step_ms is None:
+            return None
+        return 100.0 * (self.profiled_step_ms / self.unprofiled_step_ms - 1.0)
+
+
+@dataclass
+class Facts:
+    schema_version: int = SCHEMA_VERSION
+    environment: Environment = field(default_factory=Environment)
+    settings: RunSettings = field(default_factory=RunSettings)
+    model: ModelInfo | None = None
+    sweep: SweepFacts | None = None
+    memory_model: MemoryModelFacts | None = None
+    # metrics of profiled windows, keyed "<probe>/<variant>" or the trace file name
+    trace: dict[str, TraceMetrics] = field(default_factory=dict)
+    profiler_overhead: list[ProfilerOverhead] = field(default_factory=list)
+    telemetry: TelemetryFacts | None = None
+    granularity: GranularityFacts | None = None
+    offload: OffloadFacts | None = None
+    jitter: JitterFacts | None = None
+    watch: WatchFacts | None = None
+    unavailable: dict[str, str] = field(default_factory=dict)  # dotted path -> why not measured
+
+    def get(self, path: str) -> Any:
+        """Value at a dotted path ('sweep.max_batch'), or None if any part is missing/empty."""
+        obj: Any = self
+        for part in path.split("."):
+            if obj is None:
+                return None
+            obj = obj.get(part) if isinstance(obj, dict) else getattr(obj, part, None)
+        if obj in ({}, []):
+            return None
+        return obj
+
+    def missing_reason(self, path: str) -> str:
+        """Why `path` has no value: the recorded reason of it or of a parent, or a default."""
+        parts = path.split(".")
+        for i in range(len(parts), 0, -1):
+            reason = self.unavailable.get(".".join(parts[:i]))
+            if reason:
+                return reason
+        return f"no {path} in the facts (its probe did not run)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Facts":
+        return from_dict(cls, data)
+
+    def save(self, path: str | Path) -> None:
+        """Write atomically, so an interrupted run never leaves half a facts.json."""
+        path = Path(path)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=1, sort_keys=False))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Facts":
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+__all__ = [
+    "Environment", "Facts", "GranularityFacts", "JitterFacts", "Measurement", "MemoryModelFacts",
+    "ModelInfo", "OffloadFacts", "ProfilerOverhead", "RunSettings", "SCHEMA_VERSION", "SearchTrial",
+    "SeriesSummary", "SweepFacts", "TelemetryFacts", "TraceMetrics", "WatchFacts",
+]

@@ -1,0 +1,98 @@
+"""Facts of the batch-sweep probe: step time and memory per variant and batch size."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gcdoctor.facts.telemetry import SeriesSummary
+
+
+@dataclass
+class Measurement:
+    """One variant at one batch size: medians of synchronised steps after a warm-up.
+
+    Memory is in bytes as the device allocator counts it (`max_memory_allocated` after a
+    peak reset). Model states are summed from the tensors themselves, so they are exact.
+    """
+
+    probe: str
+    variant: str
+    batch_size: int
+    seq_len: int
+    fits: bool = True
+    oom_phase: str | None = None  # forward | backward | optimizer, when fits is False
+    error: str | None = None
+    step_ms: list[float] = field(default_factory=list)
+    step_ms_median: float | None = None
+    forward_ms_median: float | None = None  # forward + loss
+    backward_ms_median: float | None = None
+    optimizer_ms_median: float | None = None
+    peak_allocated_bytes: int | None = None  # whole step
+    peak_reserved_bytes: int | None = None
+    peak_fwd_bwd_allocated_bytes: int | None = None
+    peak_optimizer_allocated_bytes: int | None = None
+    baseline_allocated_bytes: int | None = None  # before the forward: params + optimizer states
+    activation_after_forward_bytes: int | None = None  # allocated after forward+loss minus baseline
+    param_bytes: int | None = None
+    grad_bytes: int | None = None
+    optimizer_state_bytes: int | None = None
+    tokens_per_s: float | None = None
+    model_tflops_per_s: float | None = None
+    mfu: float | None = None  # None where the device's peak is unknown
+    losses: list[float] = field(default_factory=list)
+    predicted_peak_bytes: int | None = None
+    telemetry: dict[str, SeriesSummary] = field(default_factory=dict)
+
+    @property
+    def model_state_bytes(self) -> int | None:
+        parts = (self.param_bytes, self.grad_bytes, self.optimizer_state_bytes)
+        return None if any(p is None for p in parts) else sum(parts)  # type: ignore[arg-type]
+
+    @property
+    def activation_peak_bytes(self) -> int | None:
+        """Peak of the step minus the model states: what activations (and transients) cost."""
+        states = self.model_state_bytes
+        if states is None or self.peak_allocated_bytes is None:
+            return None
+        return max(self.peak_allocated_bytes - states, 0)
+
+    @property
+    def peak_phase(self) -> str | None:
+        a, b = self.peak_fwd_bwd_allocated_bytes, self.peak_optimizer_allocated_bytes
+        if a is None or b is None:
+            return None
+        return "forward+backward" if a >= b else "optimizer step"
+
+
+@dataclass
+class SearchTrial:
+    variant: str
+    batch_size: int
+    fits: bool
+    peak_allocated_bytes: int | None = None
+    oom_phase: str | None = None
+    seconds: float | None = None
+
+
+@dataclass
+class SweepFacts:
+    """Checkpointing off ('no_gc') and layer-level on ('gc') over batch sizes."""
+
+    gc_api: str = ""  # e.g. "activation_checkpointing_enable(use_reentrant=False)"
+    searched: bool = True  # False when --batch-sizes fixed the list
+    max_batch: dict[str, int | None] = field(default_factory=dict)  # per variant; None = not found
+    max_batch_capped: dict[str, bool] = field(default_factory=dict)  # search hit --max-batch
+    trials: list[SearchTrial] = field(default_factory=list)
+    measurements: list[Measurement] = field(default_factory=list)
+    target_batch: int | None = None
+
+    def get(self, variant: str, batch_size: int) -> Measurement | None:
+        for m in self.measurements:
+            if m.variant == variant and m.batch_size == batch_size and m.fits:
+                return m
+        return None
+
+    def common_batches(self, a: str = "no_gc", b: str = "gc") -> list[int]:
+        """Batch sizes measured (and fitting) for both variants: the only fair comparisons."""
+        sa = {m.batch_size for m in self.measurements if m.variant == a and m.fits and m.step_ms_median}
+        sb = {m.batch_size for m in self.measurements if m.variant == b and m.fits and m.step_ms_median}
+        return sorted(sa & sb)

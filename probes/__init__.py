@@ -1,0 +1,1 @@
+"""The probes (experiments), in one explicit table. Each module holds one probe."""
