@@ -2,8 +2,18 @@
 from __future__ import annotations
 
 from gcdoctor.engine import Rule
+from gcdoctor.rules.gc_unneeded import GcUnneededRule
+from gcdoctor.rules.insufficient_memory_saving import InsufficientMemorySavingRule
+from gcdoctor.rules.model_states_dominate import ModelStatesDominateRule
+from gcdoctor.rules.oom_boundary_gain import OomBoundaryGainRule
+from gcdoctor.rules.recompute_overhead import RecomputeOverheadRule
 
 ALL_RULES: list[Rule] = [
+    RecomputeOverheadRule(),
+    InsufficientMemorySavingRule(),
+    OomBoundaryGainRule(),
+    ModelStatesDominateRule(),
+    GcUnneededRule(),
 ]
 
 BY_CODE: dict[str, Rule] = {r.code: r for r in ALL_RULES}

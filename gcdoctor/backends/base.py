@@ -82,11 +82,11 @@ class Backend:
             torch=torch.__version__, python=platform.python_version(), host=socket.gethostname(),
             cpu_count=os.cpu_count(), host_memory_bytes=psutil.virtual_memory().total,
         )
-        for mod, attr in (("transformers", "transformers"), ("deepspeed", "deepspeed")):
-            try:
-                module = __import__(mod)
-                setattr(env, attr, getattr(module, "__version__", None))
-            except Exception:  # noqa: BLE001 - optional package absent or broken
+        from importlib import metadata
+        for dist in ("transformers", "deepspeed"):
+            try:  # the installed version, without paying for (or side effects of) importing it
+                setattr(env, dist, metadata.version(dist))
+            except metadata.PackageNotFoundError:
                 pass
         from gcdoctor import __version__
         env.gcdoctor = __version__

@@ -1,0 +1,5 @@
+import sys
+
+from gcdoctor.cli import main
+
+sys.exit(main())

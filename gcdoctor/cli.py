@@ -1,0 +1,300 @@
+"""Command line: arguments -> RunConfig -> a front end. User errors: one line, exit code 2."""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from gcdoctor.config import (RunConfig, load_toml, parse_batch_sizes, parse_size, parse_threshold,
+                             validate_thresholds)
+from gcdoctor.errors import UserError
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's usage dump -> our one line
+        raise UserError(f"{self.prog}: {message}")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be positive")
+    return v
+
+
+def _add_run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="embedded model name (see `gcdoctor models`) or a path to a config.json "
+                                   "(default: llama3-8b on a GPU, tiny-llama on the CPU)")
+    p.add_argument("--layers", type=_positive_int, help="truncate the decoder stack to N layers")
+    p.add_argument("--device", help="auto (default), cpu, cuda, cuda:N, musa, musa:N")
+    p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], help="default bf16 on a GPU, fp32 on the CPU")
+    p.add_argument("--seq-len", type=_positive_int, help="default 4096 on a GPU, 128 on the CPU")
+    p.add_argument("--optimizer", choices=["adamw", "sgd"], default=None)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="gcdoctor", description="Is gradient checkpointing doing what you think it does?")
+    ap.add_argument("--version", action="store_true", help="print the version")
+    sub = ap.add_subparsers(dest="command", parser_class=_Parser)
+
+    d = sub.add_parser("diagnose", help="measure checkpointing on this device and judge it")
+    _add_run_args(d)
+    d.add_argument("--batch-sizes", help="fixed comma-separated batch sizes instead of the search")
+    d.add_argument("--max-batch", type=_positive_int, help="upper bound of the batch search (default 256)")
+    d.add_argument("--target-batch", type=_positive_int, help="the per-device batch you train at")
+    d.add_argument("--steps", type=_positive_int, help="measured steps per point (default 3)")
+    d.add_argument("--warmup", type=int, help="warm-up steps per point (default 1)")
+    d.add_argument("--probes", help="comma-separated probes to run (default: all that apply)")
+    d.add_argument("--probe-layers", type=_positive_int, help="layers for the many-variant probes (default 4 on a GPU)")
+    d.add_argument("--probe-batch", type=_positive_int, help="batch of the many-variant probes (default 1)")
+    d.add_argument("--memory-limit", help="cap device memory for this run, e.g. 48GB (what-if, tests)")
+    d.add_argument("--no-profile", action="store_true", help="do not profile (no traces, no trace metrics)")
+    d.add_argument("--telemetry-hz", type=float, help="telemetry sampling rate (default 20)")
+    d.add_argument("--out", help="run directory (default: a new folder under ./gcdoctor-runs/)")
+    d.add_argument("--config", help="TOML file with [run] settings and [thresholds.RULE] overrides")
+    d.add_argument("--threshold", action="append", default=[], help="override a rule threshold: GC001.max_overhead_pct=40")
+    d.add_argument("--no-tui", action="store_true", help="plain console output instead of the live TUI")
+    d.add_argument("--seed", type=int, help="random seed (default 0)")
+    d.add_argument("--fail-on", choices=["critical", "warning"], help="exit 1 if a verdict of this severity or worse fired")
+    d.add_argument("-v", "--verbose", action="store_true")
+
+    a = sub.add_parser("analyze", help="re-judge a recorded run directory or a profiler trace file")
+    a.add_argument("path", help="a gcdoctor run directory, or a torch.profiler trace (.json or .json.gz)")
+    a.add_argument("--out", help="where to write the reports (default: a new folder under ./gcdoctor-runs/)")
+    a.add_argument("--config", help="TOML file with [thresholds.RULE] overrides")
+    a.add_argument("--threshold", action="append", default=[])
+    a.add_argument("--fail-on", choices=["critical", "warning"])
+
+    sub.add_parser("rules", help="list the rules")
+    e = sub.add_parser("explain", help="print one rule's documentation")
+    e.add_argument("code", help="rule code (GC001) or slug (recompute-overhead)")
+    sub.add_parser("models", help="list the embedded models")
+
+    pl = sub.add_parser("plan", help="predict peak memory and the largest batch before running")
+    _add_run_args(pl)
+    pl.add_argument("--device-memory", required=True, help="device memory, e.g. 48GB, 80GiB, 141e9")
+    pl.add_argument("--batch-sizes", help="batch sizes to tabulate (default: powers of two up to the max)")
+    pl.add_argument("--master-weights", choices=["none", "fp32"], default="none",
+                    help="fp32 master weights and optimizer states (mixed precision)")
+    pl.add_argument("--json", action="store_true", help="print JSON")
+
+    mo = sub.add_parser("monitor", help="live telemetry beside a training job (or a watched run directory)")
+    mo.add_argument("--gpu", type=int, help="only this GPU index (default: all)")
+    mo.add_argument("--run", help="follow a run directory written by gcdoctor.watch / diagnose")
+    mo.add_argument("--out", help="run directory to record to (default: a new folder under ./gcdoctor-runs/)")
+    mo.add_argument("--telemetry-hz", type=float, default=10.0)
+    mo.add_argument("--seconds", type=float, help="stop after this long (default: until q / Ctrl-C)")
+    mo.add_argument("--no-tui", action="store_true", help="print warnings to the console instead of the TUI")
+
+    c = sub.add_parser("compare", help="two runs side by side")
+    c.add_argument("run_a")
+    c.add_argument("run_b")
+    c.add_argument("--html", help="also write an HTML comparison to this file")
+    return ap
+
+
+def _thresholds(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, dict[str, float]]]:
+    run: dict[str, Any] = {}
+    th: dict[str, dict[str, float]] = {}
+    if getattr(args, "config", None):
+        run, th = load_toml(args.config)
+    cli: dict[str, dict[str, float]] = {}
+    for text in getattr(args, "threshold", []) or []:
+        rule, name, value = parse_threshold(text)
+        cli.setdefault(rule, {})[name] = value
+    validate_thresholds(cli, "--threshold")
+    for rule, values in cli.items():
+        th.setdefault(rule, {}).update(values)
+    return run, th
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    run, th = _thresholds(args)
+    cfg = RunConfig(**run)
+    cfg.thresholds = th
+    simple = {"model": "model", "layers": "layers", "device": "device", "dtype": "dtype", "seq_len": "seq_len",
+              "optimizer": "optimizer", "max_batch": "max_batch", "target_batch": "target_batch",
+              "steps": "measure_steps", "warmup": "warmup_steps", "probe_layers": "probe_layers",
+              "probe_batch": "probe_batch", "telemetry_hz": "telemetry_hz", "out": "out", "seed": "seed"}
+    for arg, field in simple.items():
+        v = getattr(args, arg, None)
+        if v is not None:
+            setattr(cfg, field, v)
+    if args.batch_sizes:
+        cfg.batch_sizes = parse_batch_sizes(args.batch_sizes)
+    if args.probes:
+        cfg.probes = [p.strip() for p in args.probes.split(",") if p.strip()]
+    if args.memory_limit:
+        cfg.memory_limit_bytes = parse_size(args.memory_limit, "--memory-limit")
+    if args.no_profile:
+        cfg.profile = False
+    if cfg.telemetry_hz <= 0 or cfg.telemetry_hz > 1000:
+        raise UserError(f"--telemetry-hz {cfg.telemetry_hz}: use a rate between 0 and 1000 Hz")
+    if isinstance(cfg.memory_limit_bytes, str):
+        cfg.memory_limit_bytes = parse_size(cfg.memory_limit_bytes, "memory_limit_bytes")
+    cfg.tui = False if args.no_tui else None
+    return cfg
+
+
+def _exit_code(verdicts: list, fail_on: str | None) -> int:
+    if not fail_on:
+        return 0
+    bad = {"critical"} if fail_on == "critical" else {"critical", "warning"}
+    return 1 if any(v.status == "fired" and v.severity in bad for v in verdicts) else 0
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    from gcdoctor.events import EventBus
+    from gcdoctor.report.console import summary
+    from gcdoctor.session import Session
+
+    cfg = config_from_args(args)
+    bus = EventBus()
+    session = Session(cfg, bus)
+    use_tui = cfg.tui is not False and sys.stdout.isatty() and sys.stdin.isatty()
+    if use_tui:
+        try:
+            from gcdoctor.tui import run_diagnose_app
+        except ImportError:
+            use_tui = False
+    if use_tui:
+        run_diagnose_app(session)
+        verdicts = session.verdicts
+    else:
+        from gcdoctor.console import ConsolePrinter
+        bus.subscribe(ConsolePrinter(verbose=args.verbose))
+        verdicts = session.run()
+    report = session.rundir.path / ("report.html" if (session.rundir.path / "report.html").exists() else "report.md")
+    print()
+    print(summary(session.facts, verdicts, str(report)))
+    return 130 if session.facts.settings.interrupted else _exit_code(verdicts, args.fail_on)
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from gcdoctor.engine import evaluate
+    from gcdoctor.facts import Facts
+    from gcdoctor.report import write_reports
+    from gcdoctor.report.console import summary
+    from gcdoctor.rundir import default_run_dir
+
+    _, th = _thresholds(args)
+    path = Path(args.path)
+    if path.is_dir():
+        facts_path = path / "facts.json"
+        if not facts_path.is_file():
+            raise UserError(f"{path}: not a gcdoctor run directory (no facts.json)")
+        try:
+            facts = Facts.load(facts_path)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise UserError(f"{facts_path}: not a valid gcdoctor facts file ({exc})") from None
+    elif path.is_file():
+        from gcdoctor.trace import facts_from_trace
+        facts = facts_from_trace(path)
+    else:
+        raise UserError(f"{path}: no such file or directory")
+    verdicts = evaluate(facts, overrides=th)
+    out = Path(args.out) if args.out else default_run_dir("analyze", path.stem.split(".")[0])
+    out.mkdir(parents=True, exist_ok=True)
+    facts.save(out / "facts.json")
+    report = write_reports(out, facts, verdicts)
+    print(summary(facts, verdicts, str(report)))
+    return _exit_code(verdicts, args.fail_on)
+
+
+def cmd_rules(args: argparse.Namespace) -> int:
+    from gcdoctor.rules import ALL_RULES
+    for r in ALL_RULES:
+        th = ", ".join(f"{k}={v:g}" for k, v in r.defaults.items())
+        print(f"{r.code}  {r.slug:34s} {r.title}{f'  [{th}]' if th else ''}")
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from gcdoctor.rules import find_rule
+    rule = find_rule(args.code)
+    if rule is None:
+        raise UserError(f"unknown rule {args.code!r} (see `gcdoctor rules`)")
+    print(f"{rule.code} {rule.slug}: {rule.title}\n")
+    print(rule.doc())
+    if rule.defaults:
+        print("\nThresholds (override with --threshold CODE.name=value or [thresholds.CODE] in a TOML file):")
+        for k, v in rule.defaults.items():
+            print(f"  {k} = {v:g}")
+    if rule.requires:
+        print(f"\nNeeds facts: {', '.join(rule.requires)}")
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from gcdoctor.models import load_spec, registry
+    print(f"{'name':12s} {'params':>8s} {'layers':>6s} {'hidden':>6s} {'heads/kv':>8s} {'vocab':>7s}  source")
+    for name in sorted(registry()):
+        s = load_spec(name)
+        print(f"{name:12s} {s.param_count() / 1e9:7.2f}B {s.n_layers:6d} {s.hidden_size:6d} "
+              f"{s.n_heads:>4d}/{s.n_kv_heads:<3d} {s.vocab_size:7d}  {s.config.get('_source', s.source)}")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from gcdoctor import plan
+    text, data = plan.run_plan(args)
+    if args.json:
+        import json
+        print(json.dumps(data, indent=1))
+    else:
+        print(text)
+    return 0
+
+
+def cmd_monitor(args: argparse.Namespace) -> int:
+    from gcdoctor.tui.monitor import run_monitor
+    return run_monitor(args)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from gcdoctor.report.compare import run_compare
+    return run_compare(args)
+
+
+COMMANDS = {"diagnose": cmd_diagnose, "analyze": cmd_analyze, "rules": cmd_rules, "explain": cmd_explain,
+            "models": cmd_models, "plan": cmd_plan, "monitor": cmd_monitor, "compare": cmd_compare}
+
+
+def _sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.version:
+            from gcdoctor import __version__
+            print(f"gcdoctor {__version__}")
+            return 0
+        if not args.command:
+            parser.print_help()
+            return EXIT_USAGE
+        signal.signal(signal.SIGTERM, _sigterm)
+        return COMMANDS[args.command](args)
+    except UserError as exc:
+        print(f"gcdoctor: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("gcdoctor: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

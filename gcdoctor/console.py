@@ -1,0 +1,74 @@
+"""Plain console front end (--no-tui, CI, logs, ssh): prints the session's events as they come."""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Any, TextIO
+
+from gcdoctor.events import (LogMessage, MeasurementRecorded, ProbeFinished, ProbeStarted, Progress, RunFinished,
+                             RunStarted, StepMeasured, VerdictIssued)
+
+SEV = {"critical": "!!", "warning": "! ", "info": "i ", "ok": "ok"}
+
+
+class ConsolePrinter:
+    """Bus subscriber. Steps update one progress line on a terminal; everything else is a line."""
+
+    def __init__(self, stream: TextIO | None = None, verbose: bool = False) -> None:
+        self.out = stream or sys.stdout
+        self.tty = hasattr(self.out, "isatty") and self.out.isatty()
+        self.verbose = verbose
+        self._lock = threading.Lock()
+        self._t0 = time.monotonic()
+        self._progress_shown = False
+
+    def _line(self, text: str) -> None:
+        if self._progress_shown:
+            self.out.write("\r\033[K")
+            self._progress_shown = False
+        self.out.write(f"[{time.monotonic() - self._t0:6.1f}s] {text}\n")
+        self.out.flush()
+
+    def __call__(self, ev: Any) -> None:
+        with self._lock:
+            if isinstance(ev, RunStarted):
+                s = ev.settings
+                env = ev.environment
+                self._line(f"gcdoctor {ev.command}: {s.get('model')} ({s.get('layers')} layers, "
+                           f"{(s.get('params') or 0) / 1e9:.2f} B params), seq {s.get('seq_len')}, {s.get('dtype')}, "
+                           f"on {env.get('device_name')} [{env.get('device_kind')}] -> {ev.run_dir}")
+            elif isinstance(ev, ProbeStarted):
+                self._line(f"probe {ev.probe}: {ev.description}")
+            elif isinstance(ev, Progress) and ev.message:
+                self._line(f"  {ev.probe} {ev.variant} batch {ev.batch_size}: {ev.message}")
+            elif isinstance(ev, StepMeasured):
+                if self.tty:
+                    self.out.write(f"\r\033[K  {ev.probe} {ev.variant} b={ev.batch_size} {ev.phase} step "
+                                   f"{ev.step_index}: {ev.step_ms:.1f} ms")
+                    self.out.flush()
+                    self._progress_shown = True
+                elif self.verbose:
+                    self._line(f"  {ev.variant} b={ev.batch_size} {ev.phase} {ev.step_index}: {ev.step_ms:.1f} ms")
+            elif isinstance(ev, MeasurementRecorded):
+                r = ev.row
+                if r.get("fits", True):
+                    rest = ", ".join(f"{k} {v}" for k, v in r.items() if k not in ("variant", "batch", "fits", "oom_phase")
+                                     and v is not None)
+                    self._line(f"  {r.get('variant')} batch {r.get('batch')}: {rest}")
+                else:
+                    self._line(f"  {r.get('variant')} batch {r.get('batch')}: out of memory in {r.get('oom_phase')}")
+            elif isinstance(ev, VerdictIssued):
+                v = ev.verdict
+                self._line(f"[{SEV.get(v['severity'], '  ')}] {v['code']} {v['headline']}")
+            elif isinstance(ev, ProbeFinished):
+                state = "done" if ev.ok else f"stopped ({ev.error})"
+                self._line(f"probe {ev.probe} {state} in {ev.seconds or 0:.1f} s")
+            elif isinstance(ev, LogMessage):
+                if ev.level != "info" or self.verbose:
+                    self._line(f"{ev.level}: {ev.text}")
+                else:
+                    self._line(ev.text)
+            elif isinstance(ev, RunFinished):
+                if ev.interrupted:
+                    self._line("interrupted: the run directory keeps everything measured so far")

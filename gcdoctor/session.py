@@ -1,0 +1,365 @@
+"""A diagnose run: chooses the device and model, runs the probes, collects facts, judges them.
+
+The session emits events on one bus; the TUI, the console and the run directory subscribe.
+It never decides whether a number is good (rules do) and never prints (front ends do).
+"""
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from gcdoctor import models
+from gcdoctor.capture import (StepRecord, TrainingStep, free_memory, median, optimizer_state_bytes,
+                              profile_steps, tensor_bytes)
+from gcdoctor.config import RunConfig
+from gcdoctor.engine import Verdict, evaluate
+from gcdoctor.errors import UserError
+from gcdoctor.events import (EventBus, LogMessage, MeasurementRecorded, ProbeFinished, ProbeStarted, Progress,
+                             RunFinished, RunStarted, StepMeasured, TelemetrySampled, VerdictIssued)
+from gcdoctor.facts import Facts, Measurement, ModelInfo, ProfilerOverhead, RunSettings
+from gcdoctor.rundir import RunDirectory, default_run_dir
+
+GPU_SEQ_LEN, CPU_SEQ_LEN = 4096, 128
+GPU_PROBE_LAYERS = 4  # many-variant probes on a GPU: per-layer effects repeat, so 4 layers suffice
+
+
+class RunInterrupted(Exception):
+    """The user asked to stop (q in the TUI, Ctrl-C): write what was measured and end."""
+
+
+@dataclass
+class Resolved:
+    """RunConfig with the device-dependent defaults filled in."""
+
+    model: str
+    dtype: str
+    seq_len: int
+    probe_layers: int | None
+
+
+def resolve_defaults(config: RunConfig, device_kind: str) -> Resolved:
+    gpu = device_kind != "cpu"
+    return Resolved(
+        model=config.model or (models.DEFAULT_GPU_MODEL if gpu else models.DEFAULT_CPU_MODEL),
+        dtype=config.dtype or ("bf16" if gpu else "fp32"),
+        seq_len=config.seq_len or (GPU_SEQ_LEN if gpu else CPU_SEQ_LEN),
+        probe_layers=config.probe_layers,
+    )
+
+
+class ProbeContext:
+    """What a probe gets: device, model spec, settings, facts to fill, and measuring helpers."""
+
+    def __init__(self, session: "Session") -> None:
+        s = session
+        self.session = s
+        self.config, self.backend, self.spec, self.facts = s.config, s.backend, s.spec, s.facts
+        self.bus, self.rundir, self.sampler = s.bus, s.rundir, s.sampler
+        self.dtype, self.seq_len = s.resolved.dtype, s.resolved.seq_len
+
+    # models -------------------------------------------------------------------------------
+    def probe_spec(self) -> models.ModelSpec:
+        """The (possibly truncated) spec for probes that compare many variants."""
+        layers = self.config.probe_layers
+        if layers is None and self.backend.kind != "cpu":
+            layers = min(GPU_PROBE_LAYERS, self.spec.n_layers)
+        if layers is None or layers >= self.spec.n_layers:
+            return self.spec
+        return models.load_spec(self.session.resolved.model, layers=layers)
+
+    def build_model(self, spec: models.ModelSpec | None = None, dropout: float | None = None):
+        spec = spec or self.spec
+        return models.build_model(spec, self.dtype, self.backend.device, seed=self.config.seed, dropout=dropout)
+
+    # events -------------------------------------------------------------------------------
+    def log(self, text: str, level: str = "info") -> None:
+        self.bus.emit(LogMessage(text, level))
+
+    def progress(self, probe: str, variant: str = "", batch_size: int | None = None, done: int = 0,
+                 total: int | None = None, message: str = "") -> None:
+        self.bus.emit(Progress(probe, variant, batch_size, done, total, message))
+
+    def check_stop(self) -> None:
+        if self.session.stop_requested.is_set():
+            raise RunInterrupted()
+
+    def save(self) -> None:
+        self.session.save_facts()
+
+    # measuring ----------------------------------------------------------------------------
+    def measure(self, probe: str, variant: str, make_step: Callable[[], TrainingStep], batch_size: int,
+                spec: models.ModelSpec | None = None, warmup: int | None = None, steps: int | None = None,
+                profile_key: str | None = None, search: bool = False) -> Measurement:
+        """Warm up, then time `steps` synchronised steps; OOM is a result, not a crash.
+
+        After an OOM everything the step allocated is freed and the allocator is checked to be
+        back at its baseline before the next measurement.
+        """
+        cfg, b = self.config, self.backend
+        spec = spec or self.spec
+        warmup = cfg.warmup_steps if warmup is None else warmup
+        steps = cfg.measure_steps if steps is None else steps
+        m = Measurement(probe=probe, variant=variant, batch_size=batch_size, seq_len=self.seq_len)
+        free_memory(b)
+        baseline = b.memory_allocated()
+        records: list[StepRecord] = []
+        step: TrainingStep | None = None
+        oom: BaseException | None = None
+        phase = "setup"
+        try:
+            step = make_step()
+            for i in range(warmup + steps):
+                self.check_stop()
+                rec = step.run()
+                is_warm = i < warmup
+                if not is_warm:
+                    records.append(rec)
+                self.bus.emit(StepMeasured(probe, variant, batch_size, i, rec.step_ms,
+                                           "warmup" if is_warm else ("search" if search else "measure"),
+                                           rec.loss, rec.peak_allocated_bytes))
+            m.param_bytes = tensor_bytes(step.model.parameters())
+            m.grad_bytes = sum(p.numel() * p.element_size() for p in step.model.parameters() if p.requires_grad)
+            m.optimizer_state_bytes = optimizer_state_bytes(step.optimizer) if step.optimizer is not None else 0
+            if profile_key and cfg.profile:
+                self._profile(step, profile_key, variant, batch_size, records)
+        except Exception as exc:  # noqa: BLE001 - OOM is a measurement; anything else re-raised below
+            if not b.is_oom(exc):
+                raise
+            phase = step.phase if step is not None else "setup"
+            oom = exc
+        finally:
+            if step is not None:
+                step.release()
+            step = None
+        if oom is not None:
+            m.fits, m.oom_phase = False, phase
+            m.error = str(oom).splitlines()[0][:300]
+            del oom
+            free_memory(b)
+            after = b.memory_allocated()
+            if baseline is not None and after is not None and after > baseline + (1 << 20):
+                self.log(f"after the OOM at batch {batch_size}, {after - baseline} bytes were not freed", "warning")
+        else:
+            self._fill(m, records, spec)
+        self.bus.emit(MeasurementRecorded(probe, measurement_row(m)))
+        return m
+
+    def _fill(self, m: Measurement, records: list[StepRecord], spec: models.ModelSpec) -> None:
+        m.step_ms = [r.step_ms for r in records]
+        m.step_ms_median = median(m.step_ms)
+        m.forward_ms_median = median([r.forward_ms for r in records])
+        m.backward_ms_median = median([r.backward_ms for r in records])
+        m.optimizer_ms_median = median([r.optimizer_ms for r in records])
+        m.losses = [r.loss for r in records]
+
+        def top(xs):
+            xs = [x for x in xs if x is not None]
+            return max(xs) if xs else None
+
+        m.peak_allocated_bytes = top([r.peak_allocated_bytes for r in records])
+        m.peak_reserved_bytes = top([r.peak_reserved_bytes for r in records])
+        m.peak_fwd_bwd_allocated_bytes = top([r.peak_fwd_bwd_allocated_bytes for r in records])
+        m.peak_optimizer_allocated_bytes = top([r.peak_optimizer_allocated_bytes for r in records])
+        m.baseline_allocated_bytes = top([r.baseline_allocated_bytes for r in records])
+        m.activation_after_forward_bytes = top([r.activation_after_forward_bytes for r in records])
+        if m.step_ms_median:
+            m.tokens_per_s = m.batch_size * m.seq_len / (m.step_ms_median / 1e3)
+            m.model_tflops_per_s = spec.flops_per_token(m.seq_len) * m.tokens_per_s / 1e12
+            env = self.facts.environment
+            peak = env.peak_fp32_tflops if self.dtype == "fp32" else env.peak_bf16_tflops
+            m.mfu = m.model_tflops_per_s / peak if peak else None
+        if self.sampler is not None and records:
+            m.telemetry = self.sampler.summarize(records[0].t_start, records[-1].t_end)
+
+    def _profile(self, step: TrainingStep, key: str, variant: str, batch_size: int,
+                 records: list[StepRecord]) -> None:
+        name = key.replace("/", "-")
+        prof_records, path = profile_steps(step, 2, self.rundir.file(f"traces/{name}.json.gz"))
+        self.facts.profiler_overhead.append(ProfilerOverhead(
+            variant=key, batch_size=batch_size, unprofiled_step_ms=median([r.step_ms for r in records]),
+            profiled_step_ms=median([r.step_ms for r in prof_records])))
+        try:
+            from gcdoctor import trace
+            trace.compute_metrics, trace.load_trace  # noqa: B018 - present in this build?
+        except (ImportError, AttributeError):
+            self.facts.unavailable[f"trace.{key}"] = "trace analysis unavailable"
+            return
+        try:
+            metrics = trace.compute_metrics(trace.load_trace(path))
+        except UserError as exc:
+            self.facts.unavailable[f"trace.{key}"] = str(exc)
+            return
+        for window, tm in metrics.items():
+            tm.source = str(path.relative_to(self.rundir.path))
+            self.facts.trace[key if window == "all" else f"{key}|{window}"] = tm
+
+
+def measurement_row(m: Measurement) -> dict[str, Any]:
+    """The compact row shown live (TUI table, console)."""
+    gib = 1 / 2**30
+    return {
+        "variant": m.variant, "batch": m.batch_size, "fits": m.fits,
+        "step_ms": None if m.step_ms_median is None else round(m.step_ms_median, 1),
+        "peak_gib": None if m.peak_allocated_bytes is None else round(m.peak_allocated_bytes * gib, 2),
+        "tokens_per_s": None if m.tokens_per_s is None else round(m.tokens_per_s),
+        "mfu_pct": None if m.mfu is None else round(100 * m.mfu, 1),
+        "oom_phase": m.oom_phase,
+    }
+
+
+class Session:
+    """One diagnose run, from RunConfig to run directory and verdicts."""
+
+    def __init__(self, config: RunConfig, bus: EventBus | None = None) -> None:
+        from gcdoctor.backends import get_backend
+        from gcdoctor.probes import select_probes
+
+        self.config = config
+        self.bus = bus or EventBus()
+        self.stop_requested = threading.Event()
+        self.backend = get_backend(config.device)
+        self.resolved = resolve_defaults(config, self.backend.kind)
+        self._validate()
+        self.spec = models.load_spec(self.resolved.model, layers=config.layers)
+        self.probes = select_probes(config.probes, self.backend.kind)
+        self.rundir = RunDirectory(config.out or default_run_dir(config.command, self.resolved.model))
+        if config.memory_limit_bytes:
+            self.backend.set_memory_limit(config.memory_limit_bytes)
+        self.facts = Facts(environment=self.backend.describe(), settings=RunSettings(
+            command=config.command, seq_len=self.resolved.seq_len, dtype=self.resolved.dtype,
+            optimizer=config.optimizer, warmup_steps=config.warmup_steps, measure_steps=config.measure_steps,
+            probes=[p.name for p in self.probes], started_at=datetime.now(timezone.utc).isoformat(timespec="seconds")))
+        s = self.spec
+        self.facts.model = ModelInfo(
+            name=s.name, source=s.source, architecture=s.model_type, n_layers=s.n_layers, n_layers_full=s.n_layers_full,
+            hidden_size=s.hidden_size, intermediate_size=s.intermediate_size, n_heads=s.n_heads, n_kv_heads=s.n_kv_heads,
+            vocab_size=s.vocab_size, n_params=s.param_count(), dtype=self.resolved.dtype, attn_implementation="sdpa")
+        self.sampler = None
+        self.verdicts: list[Verdict] = []
+        self._issued: dict[tuple[str, str], tuple[str, str]] = {}
+        self._facts_lock = threading.Lock()
+
+    def _validate(self) -> None:
+        c, r = self.config, self.resolved
+        if c.optimizer not in ("adamw", "sgd"):
+            raise UserError(f"--optimizer {c.optimizer!r}: use adamw or sgd")
+        if r.dtype not in models.DTYPES:
+            raise UserError(f"--dtype {r.dtype!r}: use one of {', '.join(models.DTYPES)}")
+        if r.seq_len < 2:
+            raise UserError(f"--seq-len {r.seq_len}: must be at least 2")
+        if c.measure_steps < 1 or c.warmup_steps < 0:
+            raise UserError("--steps must be at least 1 and --warmup at least 0")
+        if c.max_batch < 1 or c.probe_batch < 1:
+            raise UserError("--max-batch and --probe-batch must be positive")
+        if c.target_batch is not None and c.target_batch < 1:
+            raise UserError(f"--target-batch {c.target_batch}: must be positive")
+        if c.probe_layers is not None and c.probe_layers < 1:
+            raise UserError(f"--probe-layers {c.probe_layers}: must be positive")
+        if r.dtype == "fp16" and self.backend.kind == "cpu":
+            raise UserError("--dtype fp16 is not supported for training on the CPU; use fp32 or bf16")
+
+    # --------------------------------------------------------------------------------------
+    def save_facts(self) -> None:
+        with self._facts_lock:
+            self.facts.save(self.rundir.file("facts.json"))
+
+    def judge(self) -> list[Verdict]:
+        """Evaluate all rules; emit verdicts that are new or changed since the last judgement."""
+        self.verdicts = evaluate(self.facts, overrides=self.config.thresholds)
+        for v in self.verdicts:
+            sig = (v.severity, v.headline)
+            if v.status != "inconclusive" and self._issued.get(v.key) != sig:
+                self._issued[v.key] = sig
+                self.bus.emit(VerdictIssued(v.to_dict()))
+        return self.verdicts
+
+    def _start_telemetry(self) -> None:
+        try:
+            from gcdoctor.telemetry import TelemetrySampler, open_sources
+        except ImportError as exc:
+            self.facts.unavailable["telemetry"] = f"telemetry package unavailable ({exc})"
+            return
+        index = self.backend.index if self.backend.kind != "cpu" else None
+        sources = open_sources(self.backend.kind, index)
+        bus = self.bus
+
+        def on_sample(t: float, values: dict[str, float | None]) -> None:
+            bus.emit(TelemetrySampled(t, values))
+
+        self.sampler = TelemetrySampler(sources, rate_hz=self.config.telemetry_hz, on_sample=on_sample)
+        self.sampler.start()
+
+    def _stop_telemetry(self) -> None:
+        if self.sampler is None:
+            return
+        self.sampler.stop()
+        path = self.rundir.file("telemetry.csv")
+        self.sampler.write_csv(path)
+        self.facts.telemetry = self.sampler.facts()
+        self.facts.telemetry.path = path.name
+
+    def run(self) -> list[Verdict]:
+        """Run every selected probe; on interrupt or error, keep and report what was measured."""
+        t_start = time.monotonic()
+        self.rundir.write_json("config.json", self.config.to_dict())
+        self.bus.subscribe(self.rundir.on_event)
+        s = self.spec
+        self.bus.emit(RunStarted(str(self.rundir.path), self.config.command, {
+            "model": s.name, "layers": s.n_layers, "params": s.param_count(), "seq_len": self.resolved.seq_len,
+            "dtype": self.resolved.dtype, "optimizer": self.config.optimizer,
+            "probes": [p.name for p in self.probes]}, self.facts.environment.__dict__))
+        interrupted, error = False, None
+        ctx = ProbeContext(self)
+        with self.backend.tracking():
+            self._start_telemetry()
+            try:
+                for probe in self.probes:
+                    t0 = time.monotonic()
+                    self.bus.emit(ProbeStarted(probe.name, probe.description))
+                    try:
+                        probe.run(ctx)
+                    except (RunInterrupted, KeyboardInterrupt):
+                        self.bus.emit(ProbeFinished(probe.name, False, "interrupted", time.monotonic() - t0))
+                        raise
+                    except UserError:
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - one failing probe must not lose the others
+                        detail = traceback.format_exc(limit=-3)
+                        self.facts.unavailable[probe.name] = f"probe failed: {type(exc).__name__}: {exc}"
+                        self.bus.emit(LogMessage(f"probe {probe.name} failed: {exc}\n{detail}", "error"))
+                        self.bus.emit(ProbeFinished(probe.name, False, str(exc), time.monotonic() - t0))
+                    else:
+                        self.bus.emit(ProbeFinished(probe.name, True, None, time.monotonic() - t0))
+                    free_memory(self.backend)
+                    self.save_facts()
+                    self.judge()
+            except (RunInterrupted, KeyboardInterrupt):
+                interrupted = True
+            except UserError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - write what we have, then surface the bug
+                error = f"{type(exc).__name__}: {exc}"
+                raise
+            finally:
+                self._finish(t_start, interrupted, error)
+        return self.verdicts
+
+    def _finish(self, t_start: float, interrupted: bool, error: str | None) -> None:
+        from gcdoctor.report import write_reports
+        self._stop_telemetry()
+        st = self.facts.settings
+        st.finished_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        st.wall_s = round(time.monotonic() - t_start, 1)
+        st.interrupted, st.error = interrupted, error
+        self.save_facts()
+        self.judge()
+        report = write_reports(self.rundir.path, self.facts, self.verdicts)
+        counts: dict[str, int] = {}
+        for v in self.verdicts:
+            counts[v.severity] = counts.get(v.severity, 0) + 1
+        self.bus.emit(RunFinished(str(self.rundir.path), interrupted, error, str(report), counts))
+        self.rundir.close()

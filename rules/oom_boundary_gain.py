@@ -1,0 +1,71 @@
+"""GC003 oom-boundary-gain."""
+from __future__ import annotations
+
+from gcdoctor.engine import Evidence, Rule
+from gcdoctor.facts import Facts
+
+
+class OomBoundaryGainRule(Rule):
+    """What it checks:
+    The largest batch that fits with and without layer checkpointing (doubling then bisection,
+    each trial a full step including the optimizer, so optimizer states are counted), and the
+    ratio between them.
+
+    Why it matters:
+    Checkpointing is bought with step time; what it buys is batch (or sequence) headroom. If the
+    boundary barely moves, the memory is somewhere checkpointing cannot reach (model states,
+    the loss), and the recompute is paid for nothing.
+
+    Evidence:
+    Max batch without and with checkpointing, the gain factor, tokens/s at each maximum.
+
+    How to fix:
+    If the gain is small, see the memory-saving and model-states verdicts: shard or offload the
+    optimizer states, use a chunked loss. If checkpointing is needed to fit batch 1, keep it and
+    tune its granularity.
+    """
+
+    code = "GC003"
+    slug = "oom-boundary-gain"
+    title = "OOM boundary gain"
+    requires = ("sweep.max_batch",)
+    defaults = {
+        # a checkpointing that does not at least raise the batch by half rarely pays its ~25-35%
+        "min_gain": 1.5,
+    }
+
+    def check(self, facts: Facts, t: dict[str, float]):
+        sweep = facts.sweep
+        if not sweep.searched:
+            return self.inconclusive("batch sizes were fixed (--batch-sizes): no search for the largest batch")
+        off, on = sweep.max_batch.get("no_gc"), sweep.max_batch.get("gc")
+        capped_on = sweep.max_batch_capped.get("gc", False)
+        at_least = "at least " if capped_on else ""
+        ev = [Evidence("max batch without GC", off), Evidence("max batch with GC", on)]
+        for variant, b in (("no_gc", off), ("gc", on)):
+            m = sweep.get(variant, b) if b else None
+            if m is not None and m.tokens_per_s:
+                ev.append(Evidence(f"tokens/s at that batch ({variant})", m.tokens_per_s, "tok/s"))
+        if on is None and off is None:
+            return self.fired("critical", "Batch 1 does not fit, with or without checkpointing", ev,
+                              "Even one sequence with recomputation runs out of memory: the model states or the "
+                              "loss block exceed the device.",
+                              "Shard or offload the optimizer (ZeRO/FSDP, ZeRO-Offload), shorten the sequence, or "
+                              "use a chunked loss.")
+        if off is None:
+            return self.fired("info", f"Checkpointing is required: batch 1 does not fit without it; with it, "
+                              f"{at_least}{on} fits", ev,
+                              "Without recomputation the activations of one sequence exceed the memory left by "
+                              "the model states.", "Keep checkpointing; tune its granularity for speed (GC010).")
+        if on is None:
+            return self.inconclusive("the search with checkpointing found no fitting batch")
+        gain = on / off
+        ev.append(Evidence("gain", gain, "x"))
+        if gain < t["min_gain"]:
+            return self.fired("warning", f"Checkpointing raises the largest batch only from {off} to {at_least}{on} "
+                              f"({gain:.2f}x)", ev,
+                              "The recompute is paid on every step but buys little headroom: most memory is "
+                              "outside the checkpointed layers (model states, logits and loss).",
+                              "See the memory-saving and model-states verdicts; consider sharding/offloading "
+                              "optimizer states or a chunked cross-entropy instead.")
+        return self.passed(f"Checkpointing raises the largest batch from {off} to {at_least}{on} ({gain:.1f}x)", ev)

@@ -1,0 +1,74 @@
+"""GC001 recompute-overhead."""
+from __future__ import annotations
+
+from gcdoctor.engine import Evidence, Rule
+from gcdoctor.facts import Facts
+from gcdoctor.rules._sweep import equal_batch_pair
+
+
+class RecomputeOverheadRule(Rule):
+    """What it checks:
+    The step-time increase from layer-level checkpointing, at equal batch size, sequence
+    length, dtype and optimizer: median step with checkpointing over median step without.
+
+    Why it matters:
+    Full recomputation repeats about one forward pass: at most +33% of the forward+backward
+    FLOPs, and +20% to +39% in time on real GPUs (Korthikanti et al. 2022, arXiv 2205.05198;
+    measured +26% for Llama-3-8B on an H200). An overhead well above that band means the
+    recompute costs more than its math (launch-bound regions, offload copies, host work); one far
+    below it means little or nothing is being recomputed.
+
+    Evidence:
+    Median step time with and without checkpointing at the largest batch both fit, the overhead
+    in percent, and where profiled, the share of device time spent in recompute ranges.
+
+    How to fix:
+    Above the band: check the granularity (GC010) and offload (GC020) verdicts; checkpoint whole
+    decoder layers, not small pieces; checkpoint every N-th layer (`every_n_layers`) or only the
+    MLP to trade memory back for speed; capture with CUDA graphs or torch.compile. Below the band:
+    confirm checkpointing is on (train mode, the layers are GradientCheckpointingLayer subclasses).
+    """
+
+    code = "GC001"
+    slug = "recompute-overhead"
+    title = "Recompute overhead"
+    requires = ("sweep.measurements",)
+    defaults = {
+        # about one extra forward: <= +33% FLOPs, +20..39% seen in time (REFERENCES.md section 3)
+        "max_overhead_pct": 35.0,
+        # below this, recomputation is (nearly) absent: a sign checkpointing is not active
+        "min_overhead_pct": 5.0,
+    }
+
+    def check(self, facts: Facts, t: dict[str, float]):
+        pair = equal_batch_pair(facts)
+        if pair is None:
+            return self.inconclusive("no batch size was measured both with and without checkpointing")
+        b, off, on = pair
+        pct = 100.0 * (on.step_ms_median / off.step_ms_median - 1.0)
+        ev = [Evidence("batch size (both variants)", b), Evidence("step without GC", off.step_ms_median, "ms"),
+              Evidence("step with GC", on.step_ms_median, "ms"), Evidence("overhead", pct, "%")]
+        rec = facts.trace.get("sweep/gc|recompute")
+        share = getattr(rec, "recompute_share", None) if rec is not None else None
+        tm = facts.trace.get("sweep/gc")
+        share = share if share is not None else getattr(tm, "recompute_share", None)
+        if share is not None:
+            ev.append(Evidence("recompute share of device time (GC)", 100.0 * share, "%"))
+        band = f"{t['min_overhead_pct']:.0f}-{t['max_overhead_pct']:.0f}%"
+        if pct > t["max_overhead_pct"]:
+            return self.fired(
+                "warning", f"Checkpointing slows the step by {pct:.0f}% at batch {b}, above the normal band ({band})",
+                ev, "Full recomputation should cost about one extra forward (<= +33% of FLOPs, +20-39% in time on "
+                "real GPUs). More than that means the recompute pays for something besides its math: many small "
+                "kernels, host work per region, or copies.",
+                "Look at the granularity and offload verdicts; checkpoint whole decoder layers; use every_n_layers "
+                "or MLP-only checkpointing to give memory back for speed; try CUDA graphs or torch.compile.")
+        if pct < t["min_overhead_pct"]:
+            return self.fired(
+                "info", f"Checkpointing costs only {pct:.0f}% at batch {b}: little or nothing is recomputed",
+                ev, "Layer checkpointing recomputes each layer's forward during backward, which should cost "
+                "+20% or more. An overhead this small means few regions are checkpointed, or the step is "
+                "dominated by something else (optimizer, host).",
+                "Check that checkpointing is enabled in train mode and covers the decoder layers; compare the "
+                "memory-saving verdict.")
+        return self.passed(f"Checkpointing costs {pct:.0f}% step time at batch {b}, inside the normal band ({band})", ev)
