@@ -1,0 +1,537 @@
+"""NVIDIA devices through NVML (package nvidia-ml-py, module `pynvml`).
+
+Never the deprecated `pynvml` PyPI package: nvidia-ml-py is NVIDIA's own binding. The costs
+and meanings of the counters (REFERENCES.md section 6, NVML API reference):
+
+- Utilisation (`nvmlDeviceGetUtilizationRates`): share of the last sample period (1/6 s to
+  1 s) in which any kernel ran; reads 100% during a pure host-to-device copy. Not SM occupancy.
+- Memory (`nvmlDeviceGetMemoryInfo`): "used" includes every process's CUDA context and
+  other processes' memory, not only this process's allocator.
+- PCIe throughput: the byte-count fields `NVML_FI_DEV_PCIE_COUNT_TX_BYTES`/`RX_BYTES`
+  (197/198, driver R555+) are cheap (~0.3 ms) but 32-bit: at Gen5 x16 speed they wrap about
+  every 70 ms, so a dedicated thread polls them at 50 Hz and unwraps them. Without them,
+  `nvmlDeviceGetPcieThroughput` blocks ~20 ms per call and direction and reports KB/s
+  (1000-byte units) over a 20 ms window; it runs in its own thread so it never stalls the
+  sampler. TX = device to host, RX = host to device; both include protocol overhead.
+- Power: the instant field `NVML_FI_DEV_POWER_INSTANT` (186) where supported, else
+  `nvmlDeviceGetPowerUsage`, which is a 1 s average on recent GPUs (Ampere and newer).
+- Throttle: `nvmlDeviceGetCurrentClocksEventReasons` (older drivers/bindings: ...ThrottleReasons).
+
+NVML is thread-safe (NVML API reference, "Initialization and Cleanup"), so the sampler and
+the PCIe poller may call it at the same time.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from gcdoctor.telemetry.base import (
+    DEVICE_SERIES, Source, SourceUnavailable, Values, visible_device_map,
+)
+from gcdoctor.telemetry.pcie import FASTEST_KNOWN_LINK_GBS, link_peak_gbs
+
+FI_POWER_INSTANT = 186  # NVML_FI_DEV_POWER_INSTANT, milliwatts
+FI_PCIE_TX_BYTES = 197  # NVML_FI_DEV_PCIE_COUNT_TX_BYTES, device -> host, wraps at 2**32
+FI_PCIE_RX_BYTES = 198  # NVML_FI_DEV_PCIE_COUNT_RX_BYTES, host -> device, wraps at 2**32
+PCIE_UTIL_TX = 0  # NVML_PCIE_UTIL_TX_BYTES
+PCIE_UTIL_RX = 1  # NVML_PCIE_UTIL_RX_BYTES
+CLOCK_SM = 1  # NVML_CLOCK_SM
+COUNTER_WRAP = 2 ** 32
+
+_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+
+def field_value(fv: Any) -> float | int | None:
+    """The number in one nvmlFieldValue_t, or None if NVML returned an error for it."""
+    if getattr(fv, "nvmlReturn", 0) != 0:
+        return None
+    member = _VALUE_MEMBERS.get(getattr(fv, "valueType", 3), "ullVal")
+    return getattr(fv.value, member)
+
+
+def _err(nvml: Any, exc: BaseException) -> str:
+    """'Not Supported' etc. for NVML errors; the exception's class and text otherwise."""
+    if isinstance(exc, getattr(nvml, "NVMLError", ())):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass
+class _Counter:
+    """One unwrapped 32-bit byte counter."""
+
+    raw: int | None = None
+    total: int = 0  # bytes since the first poll
+    t: float | None = None  # seconds, in the counter's timebase (NVML timestamp or monotonic)
+    ambiguous: int = 0  # intervals too long to unwrap safely at the link's peak rate
+    updates: int = 0  # polls that brought a new value
+
+
+class PcieCounterPoller:
+    """Polls the 32-bit PCIe byte counters fast enough to unwrap them, in its own thread.
+
+    A delta between two polls is taken modulo 2**32. It is only trustworthy if the link could
+    not have moved 2**32 bytes in the interval (peak GB/s x interval < 4 GiB): a longer interval
+    (a stalled poller) is counted as ambiguous and the rates that span it become unavailable.
+    Timestamps come from NVML's field timestamp (microseconds) when present, so a counter the
+    driver refreshes less often than we poll still gives correct averages.
+    """
+
+    def __init__(self, nvml: Any, devices: dict[str, tuple[Any, float | None]], hz: float = 50.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._nvml = nvml
+        self._devices = devices  # key -> (handle, link peak GB/s or None)
+        self._period = 1.0 / hz
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._state = {k: {"tx": _Counter(), "rx": _Counter()} for k in devices}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.polls = 0
+        self.errors = 0
+        self.last_error: str | None = None
+
+    def poll_once(self) -> None:
+        for key, (handle, _) in self._devices.items():
+            try:
+                values = self._nvml.nvmlDeviceGetFieldValues(handle, [FI_PCIE_TX_BYTES, FI_PCIE_RX_BYTES])
+            except Exception as exc:  # noqa: BLE001 - one failed poll must not end the thread
+                self.errors += 1
+                self.last_error = _err(self._nvml, exc)
+                continue
+            self.ingest(key, values)
+        self.polls += 1
+
+    def ingest(self, key: str, values: Any) -> None:
+        """Take one device's [TX, RX] field values (a poll, or the probe made when opening)."""
+        now = self._clock()
+        peak = (self._devices[key][1] or FASTEST_KNOWN_LINK_GBS) * 1e9
+        with self._lock:
+            for direction, fv in zip(("tx", "rx"), values):
+                raw = field_value(fv)
+                if raw is None:
+                    continue
+                ts = getattr(fv, "timestamp", 0)
+                t = ts * 1e-6 if ts and ts > 0 else now
+                self._advance(self._state[key][direction], int(raw), t, peak)
+
+    @staticmethod
+    def _advance(c: _Counter, raw: int, t: float, peak_bytes_per_s: float) -> None:
+        if c.raw is None:
+            c.raw, c.t = raw, t
+            return
+        if t <= c.t:  # the driver has not refreshed the counter since the last poll
+            return
+        if peak_bytes_per_s * (t - c.t) >= COUNTER_WRAP:
+            c.ambiguous += 1  # could have wrapped more than once: the delta is unknowable
+        else:
+            c.total += (raw - c.raw) % COUNTER_WRAP
+        c.raw, c.t = raw, t
+        c.updates += 1
+
+    def snapshot(self, key: str) -> dict[str, tuple[int, float | None, int, int]]:
+        """direction -> (total bytes, time, ambiguous intervals, updates) of one device."""
+        with self._lock:
+            return {d: (c.total, c.t, c.ambiguous, c.updates) for d, c in self._state[key].items()}
+
+    def _run(self) -> None:
+        next_t = self._clock()
+        while not self._stop.is_set():
+            self.poll_once()
+            next_t += self._period
+            delay = next_t - self._clock()
+            if delay < 0:  # fell behind: do not try to catch up with a burst of polls
+                next_t, delay = self._clock(), 0.0
+            self._stop.wait(delay)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="gcdoctor-pcie-counters", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+
+
+class PcieThroughputPoller:
+    """Fallback for drivers without the byte-count fields: `nvmlDeviceGetPcieThroughput`.
+
+    Each call blocks ~20 ms and measures one 20 ms window of one direction, so one thread
+    alternating TX and RX covers about half the time of each direction. Readings are averaged
+    between two reads of the sampler. Values are KB/s with KB = 1000 bytes.
+    """
+
+    def __init__(self, nvml: Any, devices: dict[str, Any], clock: Callable[[], float] = time.monotonic) -> None:
+        self._nvml = nvml
+        self._devices = devices  # key -> handle
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._acc = {k: {"tx": [0.0, 0], "rx": [0.0, 0]} for k in devices}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.errors = 0
+        self.last_error: str | None = None
+
+    def poll_once(self) -> None:
+        for key, handle in self._devices.items():
+            for direction, counter in (("tx", PCIE_UTIL_TX), ("rx", PCIE_UTIL_RX)):
+                try:
+                    kbs = self._nvml.nvmlDeviceGetPcieThroughput(handle, counter)
+                except Exception as exc:  # noqa: BLE001
+                    self.errors += 1
+                    self.last_error = _err(self._nvml, exc)
+                    continue
+                with self._lock:
+                    acc = self._acc[key][direction]
+                    acc[0] += kbs * 1000 / 1e9  # KB/s (1000 bytes) -> GB/s
+                    acc[1] += 1
+
+    def take(self, key: str) -> dict[str, float | None]:
+        """Mean GB/s per direction since the last take; None where no window completed."""
+        with self._lock:
+            out = {}
+            for direction, acc in self._acc[key].items():
+                out[direction] = acc[0] / acc[1] if acc[1] else None
+                acc[0], acc[1] = 0.0, 0
+            return out
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.poll_once()  # blocks ~20 ms per call: no sleep needed
+            if self.errors and not any(a[1] for d in self._acc.values() for a in d.values()):
+                self._stop.wait(0.05)  # every call failing: do not spin
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="gcdoctor-pcie-throughput", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+
+
+@dataclass
+class _Device:
+    key: str
+    handle: Any
+    index: int | None
+    static: dict[str, Any]
+    readers: dict[str, Callable[[Any], dict[str, float | None]]]
+
+
+class NvmlSource(Source):
+    """GPU, memory, PCIe, power, clock and throttle series of NVIDIA devices.
+
+    device_index: the device as the training process numbers it (after CUDA_VISIBLE_DEVICES),
+    or None for every visible device (`gcdoctor monitor`). `nvml` may be a stand-in module for
+    tests; `start_pollers=False` leaves the PCIe poller to be driven by hand (`poll_pcie`).
+    """
+
+    name = "nvml"
+
+    def __init__(self, device_index: int | None = 0, nvml: Any = None, pcie_poll_hz: float = 50.0,
+                 start_pollers: bool = True, clock: Callable[[], float] = time.monotonic,
+                 visible_env: str = "CUDA_VISIBLE_DEVICES") -> None:
+        super().__init__()
+        if nvml is None:
+            try:
+                import pynvml as nvml  # noqa: PLC0415 - optional dependency (nvidia-ml-py)
+            except ImportError as exc:
+                raise SourceUnavailable("nvidia-ml-py not installed (pip install nvidia-ml-py)") from exc
+        self._nvml = nvml
+        self._clock = clock
+        try:
+            nvml.nvmlInit()
+        except Exception as exc:  # noqa: BLE001 - NVMLError or OSError, both mean "no NVML"
+            raise SourceUnavailable(f"NVML: {_err(nvml, exc)}") from exc
+        try:
+            self._open(device_index, visible_env, pcie_poll_hz, start_pollers)
+        except BaseException:
+            self._shutdown()
+            raise
+
+    # -- opening -----------------------------------------------------------------------------
+    def _open(self, device_index: int | None, visible_env: str, pcie_poll_hz: float,
+              start_pollers: bool) -> None:
+        nvml = self._nvml
+        count = nvml.nvmlDeviceGetCount()
+        pairs = visible_device_map(visible_env, device_index, count)
+        if not pairs:
+            raise SourceUnavailable(f"NVML: no device {device_index} among the {count} visible")
+        try:
+            self._driver = _text(nvml.nvmlSystemGetDriverVersion())
+        except Exception:  # noqa: BLE001
+            self._driver = None
+        self.devices: list[_Device] = []
+        for key, selector in pairs:
+            try:
+                if isinstance(selector, int):
+                    if selector >= count:
+                        raise SourceUnavailable(f"index {selector} but NVML sees {count} devices")
+                    handle = nvml.nvmlDeviceGetHandleByIndex(selector)
+                else:
+                    handle = nvml.nvmlDeviceGetHandleByUUID(selector)
+            except Exception as exc:  # noqa: BLE001
+                for s in DEVICE_SERIES:
+                    self.unavailable[f"{key}.{s}"] = f"NVML: cannot open {key} ({selector}): {_err(nvml, exc)}"
+                continue
+            self.devices.append(self._open_device(key, handle, selector if isinstance(selector, int) else None))
+        if not self.devices:
+            raise SourceUnavailable(next(iter(self.unavailable.values()), "NVML: no device"))
+        self._open_pcie(pcie_poll_hz, start_pollers)
+        self.series = [f"{d.key}.{s}" for d in self.devices for s in DEVICE_SERIES
+                       if f"{d.key}.{s}" not in self.unavailable]
+        self._prev_pcie: dict[str, dict[str, tuple]] = {}
+        self._link_refresh_t = self._clock()
+
+    def _probe(self, key: str, series: list[str], label: str, fn: Callable[[], Any]) -> Any:
+        """Call once; on failure mark `series` unavailable with NVML's reason and return None."""
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001
+            for s in series:
+                self.unavailable[f"{key}.{s}"] = f"NVML {label}: {_err(self._nvml, exc)}"
+            return None
+
+    def _open_device(self, key: str, handle: Any, index: int | None) -> _Device:
+        nvml = self._nvml
+        static: dict[str, Any] = {"source": "nvml", "index": index}
+        for name, fn in (("name", nvml.nvmlDeviceGetName), ("uuid", nvml.nvmlDeviceGetUUID)):
+            try:
+                static[name] = _text(fn(handle))
+            except Exception:  # noqa: BLE001
+                static[name] = None
+        static.update(self._link_state(handle))
+        static["pcie_link_gen_seen_max"] = static.get("pcie_link_gen_current")
+        static["pcie_link_peak_gbs"] = link_peak_gbs(static.get("pcie_link_gen_max"),
+                                                     static.get("pcie_link_width_max"))
+        readers: dict[str, Callable[[Any], dict[str, float | None]]] = {}
+
+        def utilization(h: Any) -> dict[str, float | None]:
+            u = nvml.nvmlDeviceGetUtilizationRates(h)
+            return {"util_pct": float(u.gpu), "mem_util_pct": float(u.memory)}
+
+        def memory(h: Any) -> dict[str, float | None]:
+            m = nvml.nvmlDeviceGetMemoryInfo(h)
+            return {"mem_used_bytes": float(m.used), "mem_total_bytes": float(m.total)}
+
+        def power_instant(h: Any) -> dict[str, float | None]:
+            mw = field_value(nvml.nvmlDeviceGetFieldValues(h, [FI_POWER_INSTANT])[0])
+            return {"power_w": None if mw is None else mw / 1000.0}
+
+        def power_average(h: Any) -> dict[str, float | None]:
+            return {"power_w": nvml.nvmlDeviceGetPowerUsage(h) / 1000.0}
+
+        def sm_clock(h: Any) -> dict[str, float | None]:
+            return {"sm_clock_mhz": float(nvml.nvmlDeviceGetClockInfo(h, CLOCK_SM))}
+
+        reasons_fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+
+        def throttle(h: Any) -> dict[str, float | None]:
+            return {"throttle_reasons": float(reasons_fn(h))}
+
+        for name, fn, series, label in (
+                ("utilization", utilization, ["util_pct", "mem_util_pct"], "nvmlDeviceGetUtilizationRates"),
+                ("memory", memory, ["mem_used_bytes", "mem_total_bytes"], "nvmlDeviceGetMemoryInfo"),
+                ("sm_clock", sm_clock, ["sm_clock_mhz"], "nvmlDeviceGetClockInfo(SM)")):
+            first = self._probe(key, series, label, lambda fn=fn: fn(handle))
+            if first is not None:
+                readers[name] = fn
+                if name == "memory":
+                    static["total_memory_bytes"] = int(first["mem_total_bytes"])
+        # Power: the instant field if this GPU/driver fills it, else the (averaged) power usage.
+        instant = self._probe(key, [], "", lambda: power_instant(handle))
+        if instant is not None and instant["power_w"] is not None:
+            readers["power"] = power_instant
+            static["power_counter"] = "NVML_FI_DEV_POWER_INSTANT (instantaneous)"
+        elif self._probe(key, ["power_w"], "nvmlDeviceGetPowerUsage", lambda: power_average(handle)) is not None:
+            readers["power"] = power_average
+            static["power_counter"] = "nvmlDeviceGetPowerUsage (a 1 s average on Ampere and newer)"
+            self.notes.append(f"{key}.power_w is nvmlDeviceGetPowerUsage, a 1 s average on recent GPUs "
+                              "(the instant power field is not available)")
+        if reasons_fn is None:
+            self.unavailable[f"{key}.throttle_reasons"] = "this nvidia-ml-py has no clock event reasons call"
+        elif self._probe(key, ["throttle_reasons"], reasons_fn.__name__, lambda: throttle(handle)) is not None:
+            readers["throttle"] = throttle
+        return _Device(key, handle, index, static, readers)
+
+    def _link_state(self, handle: Any) -> dict[str, int | None]:
+        nvml = self._nvml
+        out: dict[str, int | None] = {}
+        for name, fn in (("pcie_link_gen_current", "nvmlDeviceGetCurrPcieLinkGeneration"),
+                         ("pcie_link_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration"),
+                         ("pcie_link_width_current", "nvmlDeviceGetCurrPcieLinkWidth"),
+                         ("pcie_link_width_max", "nvmlDeviceGetMaxPcieLinkWidth")):
+            try:
+                value = int(getattr(nvml, fn)(handle))
+                out[name] = value if value > 0 else None
+            except Exception:  # noqa: BLE001
+                out[name] = None
+        return out
+
+    def _open_pcie(self, hz: float, start: bool) -> None:
+        """Byte counters if every device has them, else the blocking throughput call."""
+        nvml = self._nvml
+        self._counters: PcieCounterPoller | None = None
+        self._throughput: PcieThroughputPoller | None = None
+        counter_ok, why_not = True, ""
+        first: dict[str, Any] = {}
+        for d in self.devices:
+            try:
+                fvs = nvml.nvmlDeviceGetFieldValues(d.handle, [FI_PCIE_TX_BYTES, FI_PCIE_RX_BYTES])
+                first[d.key] = fvs
+                if any(field_value(fv) is None for fv in fvs):
+                    counter_ok, why_not = False, "byte-count fields 197/198 not supported (driver before R555?)"
+            except Exception as exc:  # noqa: BLE001
+                counter_ok, why_not = False, f"byte-count fields: {_err(nvml, exc)}"
+        if counter_ok:
+            self._counters = PcieCounterPoller(
+                nvml, {d.key: (d.handle, d.static.get("pcie_link_peak_gbs")) for d in self.devices},
+                hz=hz, clock=self._clock)
+            for d in self.devices:
+                d.static["pcie_counter"] = f"NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES polled at {hz:g} Hz"
+                self._counters.ingest(d.key, first[d.key])  # prime: a rate needs a previous value
+            if start:
+                self._counters.start()
+            return
+        usable = {}
+        for d in self.devices:
+            reason = self._probe_throughput(d.handle)
+            if reason is None:
+                usable[d.key] = d.handle
+                d.static["pcie_counter"] = "nvmlDeviceGetPcieThroughput (20 ms windows, ~50% coverage)"
+            else:
+                for s in ("pcie_tx_gbs", "pcie_rx_gbs"):
+                    self.unavailable[f"{d.key}.{s}"] = f"NVML: {why_not}; nvmlDeviceGetPcieThroughput: {reason}"
+        if usable:
+            self.notes.append("PCIe throughput from nvmlDeviceGetPcieThroughput: 20 ms windows, each "
+                              f"direction sampled about half the time ({why_not})")
+            self._throughput = PcieThroughputPoller(nvml, usable, clock=self._clock)
+            if start:
+                self._throughput.start()
+
+    def _probe_throughput(self, handle: Any) -> str | None:
+        try:
+            self._nvml.nvmlDeviceGetPcieThroughput(handle, PCIE_UTIL_TX)
+            return None
+        except Exception as exc:  # noqa: BLE001
+            return _err(self._nvml, exc)
+
+    # -- reading -----------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Start PCIe rates from now: the first read covers one sampling period."""
+        for d in self.devices:
+            if self._counters is not None:
+                self._prev_pcie[d.key] = self._counters.snapshot(d.key)
+            if self._throughput is not None and d.key in self._throughput._devices:
+                self._throughput.take(d.key)
+
+    def poll_pcie(self) -> None:
+        """Poll the PCIe counters once (tests, or a caller that drives the poller by hand)."""
+        if self._counters is not None:
+            self._counters.poll_once()
+        if self._throughput is not None:
+            self._throughput.poll_once()
+
+    def _pcie_rates(self, key: str) -> dict[str, float | None]:
+        if self._throughput is not None and key in self._throughput._devices:
+            r = self._throughput.take(key)
+            return {"pcie_tx_gbs": r["tx"], "pcie_rx_gbs": r["rx"]}
+        if self._counters is None:
+            return {}
+        snap = self._counters.snapshot(key)
+        prev = self._prev_pcie.get(key)
+        self._prev_pcie[key] = snap
+        out: dict[str, float | None] = {}
+        for direction in ("tx", "rx"):
+            name = f"pcie_{direction}_gbs"
+            total, t, ambiguous, _ = snap[direction]
+            if prev is None or t is None or prev[direction][1] is None:
+                out[name] = None  # the first read only sets the starting point
+                continue
+            p_total, p_t, p_ambiguous, _ = prev[direction]
+            if ambiguous != p_ambiguous or t <= p_t:
+                out[name] = None  # an interval could not be unwrapped, or no new counter value
+            else:
+                out[name] = (total - p_total) / (t - p_t) / 1e9
+        return out
+
+    def read(self) -> Values:
+        out: Values = {}
+        for d in self.devices:
+            for fn in d.readers.values():
+                try:
+                    values = fn(d.handle)
+                except Exception:  # noqa: BLE001 - a failed read is a missing sample, not a 0
+                    continue
+                for s, v in values.items():
+                    out[f"{d.key}.{s}"] = v
+            for s, v in self._pcie_rates(d.key).items():
+                out[f"{d.key}.{s}"] = v
+        # Current link generation drops when idle; note the highest seen, about once a second.
+        now = self._clock()
+        if now - self._link_refresh_t >= 1.0:
+            self._link_refresh_t = now
+            self._refresh_link()
+        return out
+
+    def _refresh_link(self) -> None:
+        for d in self.devices:
+            try:
+                gen = int(self._nvml.nvmlDeviceGetCurrPcieLinkGeneration(d.handle))
+            except Exception:  # noqa: BLE001
+                continue
+            seen = d.static.get("pcie_link_gen_seen_max")
+            if gen > 0 and (seen is None or gen > seen):
+                d.static["pcie_link_gen_seen_max"] = gen
+
+    def static(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"nvml.driver_version": self._driver}
+        for d in self.devices:
+            for k, v in d.static.items():
+                out[f"{d.key}.{k}"] = v
+        if self._counters is not None:
+            for d in self.devices:
+                snap = self._counters.snapshot(d.key)
+                out[f"{d.key}.pcie_counter_ambiguous_intervals"] = snap["tx"][2] + snap["rx"][2]
+                out[f"{d.key}.pcie_counter_updates"] = snap["rx"][3]
+            out["nvml.pcie_counter_polls"] = self._counters.polls
+        return out
+
+    def processes(self) -> list[dict[str, Any]]:
+        """Compute processes per device. PIDs are host PIDs, also inside containers."""
+        out = []
+        for d in self.devices:
+            try:
+                procs = self._nvml.nvmlDeviceGetComputeRunningProcesses(d.handle)
+            except Exception:  # noqa: BLE001
+                continue
+            for p in procs:
+                used = getattr(p, "usedGpuMemory", None)
+                out.append({"device": d.key, "pid": int(p.pid),
+                            "used_memory_bytes": None if used is None else int(used)})
+        return out
+
+    def close(self) -> None:
+        for poller in (getattr(self, "_counters", None), getattr(self, "_throughput", None)):
+            if poller is not None:
+                poller.stop()
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
+        try:
+            self._nvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
