@@ -257,6 +257,13 @@ def test_without_byte_counters_pcie_falls_back_to_the_throughput_call():
     assert src.static()["gpu0.pcie_counter"].startswith("nvmlDeviceGetPcieThroughput")
 
 
+def test_throughput_mode_skips_the_byte_counters():
+    nvml = FakeNvml(pcie_counters=[])  # any field poll for 197/198 would fail: the list is empty
+    src = open_fake(nvml, pcie_mode="throughput")
+    src.poll_pcie()
+    assert src.read()["gpu0.pcie_rx_gbs"] == 59.5
+
+
 def test_pcie_unavailable_when_neither_counter_exists():
     src = open_fake(FakeNvml(unsupported={"pcie_counters", "nvmlDeviceGetPcieThroughput"}))
     reason = src.unavailable["gpu0.pcie_rx_gbs"]

@@ -73,6 +73,14 @@ def test_window_without_a_sample_is_empty_not_zero():
     assert s.summarize(1.2, 1.8)["gpu0.util_pct"] == SeriesSummary(mean=None, min=None, max=None, n=0)
 
 
+def test_bitmask_series_are_or_ed_over_a_window():
+    s = run_samples([1.0, 2.0, 3.0, 4.0], [{"gpu0.util_pct": 0x4}, {"gpu0.util_pct": 0x1}, {"gpu0.util_pct": None},
+                                           {"gpu0.util_pct": 0x40}])
+    assert s.bitwise_or("gpu0.util_pct", 0.0, 3.0) == 0x5
+    assert s.bitwise_or("gpu0.util_pct", 2.0, 3.0) is None
+    assert s.bitwise_or("gpu9.util_pct", 0.0, 9.0) is None
+
+
 def test_missing_values_are_left_out_of_the_statistics():
     vals = [{"gpu0.util_pct": 10.0, "cpu_pct": None}, {"gpu0.util_pct": None, "cpu_pct": 30.0},
             {"gpu0.util_pct": 20.0}]  # cpu_pct absent from the third read

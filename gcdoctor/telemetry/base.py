@@ -66,6 +66,10 @@ class Source:
     def static(self) -> dict[str, Any]:
         return {}
 
+    def cpu_seconds(self) -> float:
+        """CPU time used so far by the source's own poller threads (0 if it has none)."""
+        return 0.0
+
     def processes(self) -> list[dict[str, Any]]:
         """Processes using the devices: dicts with device, pid, used_memory_bytes, name."""
         raise NotImplementedError(f"{self.name} cannot list processes")

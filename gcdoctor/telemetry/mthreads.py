@@ -235,6 +235,10 @@ class MthreadsGmiSource(Source):
     def _loop(self) -> None:
         while not self._stop.wait(self._interval):
             self.poll_once()
+            self._cpu_s = time.thread_time()  # the CLI itself runs in a child process, not counted
+
+    def cpu_seconds(self) -> float:
+        return getattr(self, "_cpu_s", 0.0)
 
     def read(self) -> Values:
         with self._lock:

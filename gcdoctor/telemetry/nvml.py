@@ -96,6 +96,7 @@ class PcieCounterPoller:
         self.polls = 0
         self.errors = 0
         self.last_error: str | None = None
+        self.cpu_s = 0.0  # this poller thread's CPU time
 
     def poll_once(self) -> None:
         for key, (handle, _) in self._devices.items():
@@ -144,6 +145,7 @@ class PcieCounterPoller:
         next_t = self._clock()
         while not self._stop.is_set():
             self.poll_once()
+            self.cpu_s = time.thread_time()
             next_t += self._period
             delay = next_t - self._clock()
             if delay < 0:  # fell behind: do not try to catch up with a burst of polls
@@ -178,6 +180,7 @@ class PcieThroughputPoller:
         self._thread: threading.Thread | None = None
         self.errors = 0
         self.last_error: str | None = None
+        self.cpu_s = 0.0  # this poller thread's CPU time
 
     def poll_once(self) -> None:
         for key, handle in self._devices.items():
@@ -205,6 +208,7 @@ class PcieThroughputPoller:
     def _run(self) -> None:
         while not self._stop.is_set():
             self.poll_once()  # blocks ~20 ms per call: no sleep needed
+            self.cpu_s = time.thread_time()
             if self.errors and not any(a[1] for d in self._acc.values() for a in d.values()):
                 self._stop.wait(0.05)  # every call failing: do not spin
 
@@ -233,14 +237,19 @@ class NvmlSource(Source):
     device_index: the device as the training process numbers it (after CUDA_VISIBLE_DEVICES),
     or None for every visible device (`gcdoctor monitor`). `nvml` may be a stand-in module for
     tests; `start_pollers=False` leaves the PCIe poller to be driven by hand (`poll_pcie`).
+    pcie_mode: "auto" (byte counters, else the throughput call), "counters" or "throughput"
+    (to compare the two on one machine).
     """
 
     name = "nvml"
 
     def __init__(self, device_index: int | None = 0, nvml: Any = None, pcie_poll_hz: float = 50.0,
                  start_pollers: bool = True, clock: Callable[[], float] = time.monotonic,
-                 visible_env: str = "CUDA_VISIBLE_DEVICES") -> None:
+                 visible_env: str = "CUDA_VISIBLE_DEVICES", pcie_mode: str = "auto") -> None:
         super().__init__()
+        if pcie_mode not in ("auto", "counters", "throughput"):
+            raise ValueError(f"pcie_mode {pcie_mode!r}: use auto, counters or throughput")
+        self._pcie_mode = pcie_mode
         if nvml is None:
             try:
                 import pynvml as nvml  # noqa: PLC0415 - optional dependency (nvidia-ml-py)
@@ -385,7 +394,9 @@ class NvmlSource(Source):
         self._throughput: PcieThroughputPoller | None = None
         counter_ok, why_not = True, ""
         first: dict[str, Any] = {}
-        for d in self.devices:
+        if self._pcie_mode == "throughput":
+            counter_ok, why_not = False, "byte-count fields not used (pcie_mode=throughput)"
+        for d in self.devices if counter_ok else []:
             try:
                 fvs = nvml.nvmlDeviceGetFieldValues(d.handle, [FI_PCIE_TX_BYTES, FI_PCIE_RX_BYTES])
                 first[d.key] = fvs
@@ -404,6 +415,11 @@ class NvmlSource(Source):
                 self._counters.start()
             return
         usable = {}
+        if self._pcie_mode == "counters":
+            for d in self.devices:
+                for s in ("pcie_tx_gbs", "pcie_rx_gbs"):
+                    self.unavailable[f"{d.key}.{s}"] = f"NVML: {why_not} (pcie_mode=counters)"
+            return
         for d in self.devices:
             reason = self._probe_throughput(d.handle)
             if reason is None:
@@ -506,6 +522,9 @@ class NvmlSource(Source):
                 out[f"{d.key}.pcie_counter_updates"] = snap["rx"][3]
             out["nvml.pcie_counter_polls"] = self._counters.polls
         return out
+
+    def cpu_seconds(self) -> float:
+        return sum(p.cpu_s for p in (self._counters, self._throughput) if p is not None)
 
     def processes(self) -> list[dict[str, Any]]:
         """Compute processes per device. PIDs are host PIDs, also inside containers."""

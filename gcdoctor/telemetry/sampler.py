@@ -59,6 +59,8 @@ class TelemetrySampler:
         self.missed_ticks = 0
         self.read_errors: dict[str, str] = {}
         self.callback_error: str | None = None
+        self.thread_cpu_s = 0.0  # CPU time of the sampler thread (on_sample included)
+        self._poller_cpu_s = 0.0
         self._static: dict[str, Any] = {}
         for src in self.sources:
             try:
@@ -123,8 +125,10 @@ class TelemetrySampler:
     def _run(self) -> None:
         period = 1.0 / self.rate_hz
         next_t = self._clock()
+        base, cpu0 = self.thread_cpu_s, time.thread_time()
         while not self._stop.is_set():
             self.sample_once()
+            self.thread_cpu_s = base + time.thread_time() - cpu0
             next_t += period
             now = self._clock()
             if now > next_t:  # the sample overran: skip the ticks we missed, keep the grid
@@ -162,6 +166,7 @@ class TelemetrySampler:
             self._stream.close()
             self._stream = self._stream_writer = None
         if close_sources:
+            self._poller_cpu_s = self.poller_cpu_s()
             for src in self.sources:
                 try:
                     self._static.update(src.static())  # final link state, counter diagnostics
@@ -171,6 +176,24 @@ class TelemetrySampler:
                     src.close()
                 except Exception:  # noqa: BLE001
                     pass
+
+    def poller_cpu_s(self) -> float:
+        """CPU time of the sources' poller threads (PCIe counters, mthreads-gmi)."""
+        total = 0.0
+        for src in self.sources:
+            try:
+                total += src.cpu_seconds()
+            except Exception:  # noqa: BLE001
+                pass
+        return max(total, self._poller_cpu_s)
+
+    def overhead_cpu_pct(self) -> float | None:
+        """CPU used by the sampler and its pollers, as % of one core over the sampled time."""
+        with self._lock:
+            first, last = self._first_t, self._last_t
+        if first is None or last is None or last <= first:
+            return None
+        return 100.0 * (self.thread_cpu_s + self.poller_cpu_s()) / (last - first)
 
     @property
     def running(self) -> bool:
@@ -199,6 +222,21 @@ class TelemetrySampler:
                     out[s] = SeriesSummary(mean=sum(vals) / len(vals), min=min(vals), max=max(vals), n=len(vals))
                 else:
                     out[s] = SeriesSummary()
+        return out
+
+    def bitwise_or(self, series: str, t0: float, t1: float) -> int | None:
+        """OR of an integer bitmask series (throttle reasons) over t0 < t <= t1; None if no sample."""
+        with self._lock:
+            col = self._cols.get(series)
+            if col is None:
+                return None
+            lo, hi = bisect.bisect_right(self._t, t0), bisect.bisect_right(self._t, t1)
+            vals = [int(v) for v in col[lo:hi] if not math.isnan(v)]
+        if not vals:
+            return None
+        out = 0
+        for v in vals:
+            out |= v
         return out
 
     def samples(self) -> dict[str, list]:
@@ -281,6 +319,7 @@ class TelemetrySampler:
             missed_ticks=self.missed_ticks,
             read_errors=dict(self.read_errors),
             notes=notes,
+            overhead_cpu_pct=self.overhead_cpu_pct(),
         )
 
     def processes(self) -> list[dict[str, Any]]:
@@ -313,7 +352,7 @@ def devices_from_static(static: dict[str, Any]) -> list[TelemetryDevice]:
 
 
 def open_sources(device_kind: str, device_index: int | None = 0, include_host: bool = True,
-                 pcie_poll_hz: float = 50.0) -> list[Source]:
+                 pcie_poll_hz: float = 50.0, pcie_mode: str = "auto") -> list[Source]:
     """The telemetry sources for a backend, each either open or an UnavailableSource with the reason.
 
     cuda: NVML. musa: pymtml if importable and initialisable, else the mthreads-gmi CLI.
@@ -326,7 +365,7 @@ def open_sources(device_kind: str, device_index: int | None = 0, include_host: b
         from gcdoctor.telemetry.nvml import NvmlSource  # noqa: PLC0415
 
         try:
-            sources.append(NvmlSource(device_index, pcie_poll_hz=pcie_poll_hz))
+            sources.append(NvmlSource(device_index, pcie_poll_hz=pcie_poll_hz, pcie_mode=pcie_mode))
         except SourceUnavailable as exc:
             sources.append(UnavailableSource("nvml", str(exc), missing))
     elif device_kind == "musa":
