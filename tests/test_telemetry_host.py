@@ -111,3 +111,13 @@ def test_telemetry_package_does_not_import_torch():
     code = "import sys, gcdoctor.telemetry, gcdoctor.telemetry.nvml, gcdoctor.telemetry.mthreads; " \
            "assert 'torch' not in sys.modules and 'textual' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_missing_psutil_marks_every_host_series_unavailable(monkeypatch):
+    from gcdoctor.telemetry import TelemetrySampler, open_sources
+
+    monkeypatch.setitem(sys.modules, "psutil", None)
+    facts = TelemetrySampler(open_sources("cpu", None)).facts()
+    assert facts.series == [] and facts.sources == []
+    assert facts.unavailable == {s: "psutil not installed" for s in (
+        "cpu_pct", "cpu_max_core_pct", "cpu_iowait_pct", "proc_cpu_pct", "proc_rss_bytes", "host_mem_used_bytes")}

@@ -311,3 +311,38 @@ def test_missing_binding_makes_every_gpu_series_unavailable(monkeypatch):
     assert facts.series == []
     assert facts.unavailable["gpu0.pcie_tx_gbs"] == "nvidia-ml-py not installed (pip install nvidia-ml-py)"
     assert len([k for k in facts.unavailable if k.startswith("gpu0.")]) == 9
+
+
+class StreamingNvml(FakeNvml):
+    """Counters that advance 1 GB RX and 0.25 GB TX per 20 ms of NVML time on every poll."""
+
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+
+    def nvmlDeviceGetFieldValues(self, h, ids):
+        if ids != [197, 198]:
+            return super().nvmlDeviceGetFieldValues(h, ids)
+        self.n += 1
+        ts = 1_000_000 + 20_000 * self.n
+        return [fv(197, (250_000_000 * self.n) % 2**32, ts), fv(198, (1_000_000_000 * self.n) % 2**32, ts)]
+
+
+def test_threaded_poller_feeds_the_sampler_and_stops_with_it():
+    import threading
+
+    got = threading.Event()
+    seen = []
+
+    def on_sample(t, values):
+        if values["gpu0.pcie_rx_gbs"] is not None:
+            seen.append((values["gpu0.pcie_rx_gbs"], values["gpu0.pcie_tx_gbs"]))
+            got.set()
+
+    src = NvmlSource(0, nvml=StreamingNvml(), pcie_poll_hz=200)
+    poller = src._counters._thread
+    with TelemetrySampler([src], rate_hz=100, on_sample=on_sample) as sampler:
+        sampler_thread = sampler._thread
+        assert got.wait(10.0)
+    assert seen[0] == (pytest.approx(50.0), pytest.approx(12.5))
+    assert not poller.is_alive() and not sampler_thread.is_alive()

@@ -40,7 +40,7 @@ def _share(part: float, whole: float) -> float:
 class HostSource(Source):
     """System and process CPU, RSS and host memory. Cheap: a few /proc reads per sample."""
 
-    name = "host"
+    name = "psutil"
 
     def __init__(self, psutil_module: Any = None, pid: int | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:

@@ -386,7 +386,7 @@ def open_sources(device_kind: str, device_index: int | None = 0, include_host: b
         try:
             sources.append(HostSource())
         except SourceUnavailable as exc:
-            sources.append(UnavailableSource("host", str(exc), HOST_SERIES))
+            sources.append(UnavailableSource("psutil", str(exc), HOST_SERIES))
     return sources
 
 
