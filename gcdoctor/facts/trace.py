@@ -1,14 +1,92 @@
-"""Metrics computed from a profiler trace (filled in by gcdoctor.trace)."""
+"""Metrics computed from a profiler trace (filled in by gcdoctor.trace).
+
+Every metric's exact definition is in docs/trace-metrics.md. Times are microseconds computed from
+nanosecond-exact timestamps; shares are fractions in [0, 1]. A device metric that could not be
+measured is None and `device_unavailable` says why (e.g. a CPU-only trace).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 
 @dataclass
+class CopyStats:
+    """Memory copies of one direction (or memsets) that start inside a window."""
+
+    count: int = 0
+    time_us: float = 0.0  # sum of the copies' durations
+    bytes: int = 0
+    bandwidth_gbs: float | None = None  # bytes / time_us, 1 GB = 1e9 bytes; None when time is 0
+    pageable_count: int = 0  # host side in pageable memory (the name says "Pageable")
+    pageable_bytes: int = 0
+    pageable_time_us: float = 0.0
+    pinned_count: int = 0  # host side in page-locked memory (the name says "Pinned")
+    pinned_bytes: int = 0
+    pinned_time_us: float = 0.0
+    overlap_us: float = 0.0  # copy time during which a kernel ran on any stream of the device
+
+
+@dataclass
+class StreamMetrics:
+    """Busy and idle time of one device stream inside a window."""
+
+    device: int = 0
+    stream: int = 0
+    op_count: int = 0  # kernels + memcpy + memset starting inside the window
+    kernel_count: int = 0
+    busy_us: float = 0.0
+    idle_us: float = 0.0  # window time minus busy time on this stream
+    idle_host_wait_us: float = 0.0
+    idle_short_gap_us: float = 0.0
+    idle_other_us: float = 0.0
+
+
+@dataclass
 class TraceMetrics:
-    """Device-side metrics of one trace window (a profiler step, a labelled region, a file)."""
+    """Host- and device-side metrics of one trace window (the whole trace, a profiler step, or
+    all ranges of one label such as `gcdoctor/recompute/*`)."""
 
     source: str = ""  # trace file (relative to the run directory when inside one)
-    window: str = "all"
-    device_kind: str | None = None  # cuda | musa | cpu | None (CPU-only trace)
-    wall_us: float | None = None
+    window: str = "all"  # "all", "step:<n>", or a label name ("forward", "recompute", ...)
+    device_kind: str | None = None  # cuda | musa | ... | None (CPU-only trace)
+    wall_us: float | None = None  # host time covered by the window (union of its CPU ranges)
+    window_source: str = ""  # how the window was located (docs/trace-metrics.md, "Windows")
+    range_count: int = 0  # CPU ranges (steps, labelled ranges) merged into this window
+
+    # host side
+    cpu_op_count: int | None = None  # cpu_op events starting inside the window
+    cpu_busy_us: float | None = None  # per thread, time inside some cpu_op; summed over threads
+    runtime_call_count: int | None = None  # *_runtime and *_driver calls starting inside the window
+    runtime_call_us: float | None = None
+    sync_call_us: float | None = None  # runtime calls whose name contains "Synchronize"
+
+    # device side
+    device_unavailable: str | None = None  # why the device metrics below are None
+    device: int | None = None  # device index (trace pid) the metrics describe
+    device_window_us: float | None = None  # device time span(s) of the window
+    busy_us: float | None = None  # union of kernel/memcpy/memset intervals, all streams
+    idle_us: float | None = None  # device_window_us - busy_us
+    busy_share: float | None = None
+    idle_host_wait_us: float | None = None  # launch of the next op issued after the device went idle
+    idle_short_gap_us: float | None = None  # other gaps shorter than short_gap_threshold_us
+    idle_other_us: float | None = None
+    short_gap_threshold_us: float = 30.0  # HTA's consecutive_kernel_delay default
+    kernel_count: int | None = None
+    kernel_time_us: float | None = None  # sum of kernel durations (overlaps counted twice)
+    kernel_mean_us: float | None = None
+    kernel_median_us: float | None = None
+    kernel_p10_us: float | None = None
+    kernel_p90_us: float | None = None
+    launched_kernel_count: int | None = None  # kernels joined to their launch call by correlation
+    short_kernel_share: float | None = None  # of joined kernels, those shorter than their launch call
+    launch_latency_median_us: float | None = None  # launch call end -> kernel start
+    launch_latency_p90_us: float | None = None
+    memcpy: dict[str, CopyStats] = field(default_factory=dict)  # by direction: HtoD, DtoH, DtoD, PtoP, ...
+    memset: CopyStats | None = None
+    copy_time_us: float | None = None  # all memcpy time
+    copy_overlap_us: float | None = None  # memcpy time overlapped by kernels on any stream
+    copy_overlap_share: float | None = None
+    recompute_busy_us: float | None = None  # busy time inside recompute ranges and this window
+    recompute_share: float | None = None  # recompute_busy_us / busy_us
+    streams: list[StreamMetrics] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)

@@ -1,0 +1,651 @@
+"""Read a torch.profiler Chrome-trace JSON (plain or gzip) into column tables, streaming.
+
+How, and why this way (measured on a 215 MB trace, see docs/benchmarks.md):
+- The file is read in blocks of a few MB (gzip decompressed on the fly). The traceEvents array
+  is cut at event boundaries (`}` `,` `{`) into chunks and each chunk is decoded by msgspec
+  into small typed structs that hold only the fields the metrics need (ph, cat, name, ts, dur,
+  pid, tid and four args); msgspec skips every other field in C. Memory stays at about one
+  chunk plus the compact output tables, whatever the file size.
+- Timestamps: torch writes `ts`/`dur` in microseconds with three decimals (nanoseconds). A float64
+  holds every such value below 2^43 us exactly enough to recover the integer nanosecond; chunks
+  whose timestamps are larger are decoded again with `ts` as Decimal. No rounding to whole us.
+- A cut inside a string or an object makes the chunk fail to decode at its very end; the chunk
+  is then extended to a later boundary. A decode error anywhere else is a malformed file.
+- Without msgspec the standard library's json decodes the chunks (same results, slower).
+
+Every input a user can get wrong raises UserError with one line naming the file.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import zlib
+from collections import Counter
+from decimal import ROUND_HALF_EVEN, Decimal
+from pathlib import Path
+from typing import IO, Any, Callable, Optional, Union
+
+import numpy as np
+
+from gcdoctor.errors import UserError
+from gcdoctor.trace.tables import (
+    COPY_DIRECTIONS, HOST_MEM_NONE, HOST_MEM_OTHER, HOST_MEM_PAGEABLE, HOST_MEM_PINNED, KERNEL, MEMCPY,
+    MEMSET, CpuOps, DeviceOps, Ranges, RuntimeCalls, TraceTables,
+)
+
+try:  # optional fast decoder; the stdlib path gives identical tables
+    import msgspec
+except ImportError:  # pragma: no cover - exercised by forcing decoder="json" in the tests
+    msgspec = None
+
+BLOCK_BYTES = 8 << 20  # read size; a chunk is about one block
+HEAD_LIMIT_BYTES = 64 << 20  # traceEvents must start within this many bytes
+TAIL_LIMIT_BYTES = 64 << 20  # metadata after the traceEvents array
+EXACT_FLOAT_US = float(2**43)  # below this a float64 resolves 3-decimal microseconds to the ns
+
+_TRACE_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
+_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+_WS = b" \t\r\n"
+
+# event buckets
+_DEV, _RT, _CPU, _ANN, _GANN = range(5)
+_SKIP = -1
+
+
+def _classify(cat: Any) -> tuple[int, int]:
+    """(bucket, detail) of a complete event's category. Category names differ by backend
+    (cuda_runtime, musa_runtime, privateuse1_runtime...), so they are matched by suffix."""
+    if not isinstance(cat, str):
+        return _SKIP, 0
+    low = cat.lower()
+    if low == "kernel" or low.endswith("_kernel"):
+        return _DEV, KERNEL
+    if low.endswith("memcpy"):
+        return _DEV, MEMCPY
+    if low.endswith("memset"):
+        return _DEV, MEMSET
+    if low.endswith("_runtime"):
+        return _RT, 0
+    if low.endswith("_driver"):
+        return _RT, 1
+    if low == "cpu_op":
+        return _CPU, 0
+    if low == "user_annotation":
+        return _ANN, 0
+    if low == "gpu_user_annotation":
+        return _GANN, 0
+    return _SKIP, 0
+
+
+_COPY_NAME = re.compile(r"\b(HtoD|DtoH|DtoD|PtoP|HtoH|DtoA|AtoD|AtoH|HtoA|AtoA)\b(?:\s*\((\w+)\s*->\s*(\w+)\))?")
+_MEMSET_NAME = re.compile(r"\((\w+)\)")
+
+
+def parse_copy_name(name: str, kind: int) -> tuple[int, int]:
+    """(COPY_DIRECTIONS index, HOST_MEM_*) from a memcpy/memset name such as
+    'Memcpy HtoD (Pageable -> Device)' or 'Memset (Device)'."""
+    if kind == MEMSET:
+        m = _MEMSET_NAME.search(name)
+        mem = m.group(1).lower() if m else ""
+        host = HOST_MEM_PAGEABLE if mem == "pageable" else HOST_MEM_PINNED if mem == "pinned" else HOST_MEM_NONE
+        return -1, host
+    m = _COPY_NAME.search(name)
+    if not m:
+        return COPY_DIRECTIONS.index("other"), HOST_MEM_NONE
+    word = m.group(1)
+    direction = COPY_DIRECTIONS.index(word) if word in COPY_DIRECTIONS else COPY_DIRECTIONS.index("other")
+    src, dst = (m.group(2) or "").lower(), (m.group(3) or "").lower()
+    host_side = src if word.startswith("H") else dst if word.endswith("H") else ""
+    if word == "HtoH":
+        host_side = src if src in ("pageable", "pinned") else dst
+    host = (HOST_MEM_PAGEABLE if host_side == "pageable" else HOST_MEM_PINNED if host_side == "pinned"
+            else HOST_MEM_OTHER if host_side else HOST_MEM_NONE)
+    return direction, host
+
+
+# -- decoding --------------------------------------------------------------------------------
+
+class _Trailing(Exception):
+    """The JSON array ended before the end of the decoded text, at `end` (exclusive)."""
+
+    def __init__(self, end: int):
+        self.end = end
+
+
+class _AtEnd(Exception):
+    """Decoding failed at the very end of the text: a cut inside a value, or a truncated file."""
+
+
+class _Malformed(Exception):
+    def __init__(self, pos: int | None, msg: str):
+        self.pos, self.msg = pos, msg
+
+
+class _Ev:
+    """Event fields used by the tables, for the dict (stdlib / fallback) path."""
+
+    __slots__ = ("ph", "cat", "name", "ts", "dur", "pid", "tid", "args")
+
+    def __init__(self, ph, cat, name, ts, dur, pid, tid, args):
+        self.ph, self.cat, self.name, self.ts, self.dur = ph, cat, name, ts, dur
+        self.pid, self.tid, self.args = pid, tid, args
+
+
+class _EvArgs:
+    __slots__ = ("correlation", "stream", "nbytes")
+
+    def __init__(self, correlation, stream, nbytes):
+        self.correlation, self.stream, self.nbytes = correlation, stream, nbytes
+
+
+def _int_or_none(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return None
+
+
+def _num_or_none(v: Any) -> Any:
+    return v if isinstance(v, (int, float, Decimal)) and not isinstance(v, bool) else None
+
+
+def _events_from_dicts(items: list[Any]) -> list[_Ev]:
+    """Tolerant conversion of decoded JSON values into events: entries that are not objects,
+    or complete events without a numeric ts, are skipped."""
+    out = []
+    for d in items:
+        if not isinstance(d, dict):
+            continue
+        ts = _num_or_none(d.get("ts"))
+        if ts is None:
+            continue
+        a = d.get("args")
+        args = None
+        if isinstance(a, dict):
+            args = _EvArgs(_int_or_none(a.get("correlation")), _int_or_none(a.get("stream")),
+                           _int_or_none(a.get("bytes")))
+        pid, tid = d.get("pid", 0), d.get("tid", 0)
+        out.append(_Ev(d.get("ph", ""), d.get("cat", ""), str(d.get("name", "")), ts,
+                       _num_or_none(d.get("dur")) or 0.0,
+                       pid if isinstance(pid, (int, str)) and not isinstance(pid, bool) else 0,
+                       tid if isinstance(tid, (int, str)) and not isinstance(tid, bool) else 0, args))
+    return out
+
+
+if msgspec is not None:
+    class _MArgs(msgspec.Struct, rename={"nbytes": "bytes"}, gc=False):
+        correlation: Optional[int] = None
+        stream: Optional[int] = None
+        nbytes: Optional[int] = None
+
+    class _MEvent(msgspec.Struct, gc=False):
+        ph: str = ""
+        cat: str = ""
+        name: str = ""
+        ts: float = 0.0
+        dur: float = 0.0
+        pid: Union[int, str] = 0
+        tid: Union[int, str] = 0
+        args: Optional[_MArgs] = None
+
+    class _MExactEvent(msgspec.Struct, gc=False):
+        ph: str = ""
+        cat: str = ""
+        name: str = ""
+        ts: Decimal = Decimal(0)
+        dur: float = 0.0
+        pid: Union[int, str] = 0
+        tid: Union[int, str] = 0
+        args: Optional[_MArgs] = None
+
+
+def _make_msgspec_decoders() -> tuple[Callable[[bytes], list], Callable[[bytes], list]] | None:
+    if msgspec is None:
+        return None
+    Event, ExactEvent = _MEvent, _MExactEvent
+    fast = msgspec.json.Decoder(list[Event])
+    exact = msgspec.json.Decoder(list[ExactEvent])
+    generic = msgspec.json.Decoder()
+    exact_generic = msgspec.json.Decoder(float_hook=Decimal)
+
+    def wrap(typed, untyped):
+        def decode(text: bytes) -> list:
+            try:
+                try:
+                    return typed.decode(text)
+                except msgspec.ValidationError:  # an unexpected type somewhere: decode leniently
+                    return _events_from_dicts(untyped.decode(text))
+            except msgspec.DecodeError as exc:
+                raise _classify_msgspec_error(str(exc), text) from None
+        return decode
+
+    return wrap(fast, generic), wrap(exact, exact_generic)
+
+
+_BYTE_POS = re.compile(r"\(byte (\d+)\)")
+
+
+def _classify_msgspec_error(msg: str, text: bytes) -> Exception:
+    if "truncated" in msg:
+        return _AtEnd()
+    m = _BYTE_POS.search(msg)
+    pos = int(m.group(1)) if m else None
+    if "trailing characters" in msg and pos is not None:
+        # the array closed just before the trailing byte (msgspec reports one past it)
+        for cut in (pos - 1, pos):
+            end = len(text[:cut].rstrip(_WS))
+            if text[end - 1:end] == b"]":
+                return _Trailing(end)
+    if pos is not None and pos >= len(text) - 2:
+        return _AtEnd()
+    return _Malformed(pos, msg.replace("JSON is malformed: ", "").split(" (byte")[0])
+
+
+def _make_json_decoders() -> tuple[Callable[[bytes], list], Callable[[bytes], list]]:
+    def make(parse_float):
+        dec = json.JSONDecoder(parse_float=parse_float)
+
+        def decode(text: bytes) -> list:
+            try:
+                s = text.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise _Malformed(exc.start, "invalid UTF-8") from None
+            try:
+                value = dec.decode(s)
+            except json.JSONDecodeError as exc:
+                if exc.msg == "Extra data":  # exc.pos is the first trailing character
+                    raise _Trailing(len(s[:exc.pos].rstrip().encode("utf-8"))) from None
+                if exc.pos >= len(s) - 2 or exc.msg.startswith("Unterminated string"):
+                    raise _AtEnd() from None
+                raise _Malformed(len(s[:exc.pos].encode("utf-8")), exc.msg) from None
+            return _events_from_dicts(value if isinstance(value, list) else [])
+        return decode
+
+    return make(float), make(Decimal)
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+class _Reader:
+    """Blocks of the (decompressed) file, with I/O and gzip errors turned into UserErrors."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        try:
+            self.raw: IO[bytes] = open(path, "rb")
+        except FileNotFoundError:
+            raise UserError(f"{path}: no such file") from None
+        except IsADirectoryError:
+            raise UserError(f"{path}: is a directory, not a trace file") from None
+        except OSError as exc:
+            raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        magic = self.raw.read(2)
+        self.raw.seek(0)
+        self.gzip = magic == b"\x1f\x8b"
+        self.fh: IO[bytes] = gzip.GzipFile(fileobj=self.raw, mode="rb") if self.gzip else self.raw
+        self.eof = False
+
+    def read(self, n: int) -> bytes:
+        parts, got = [], 0
+        while got < n and not self.eof:
+            try:
+                b = self.fh.read(n - got)
+            except EOFError:
+                raise UserError(f"{self.path}: truncated gzip file (the compressed data ends early)") from None
+            except (gzip.BadGzipFile, zlib.error) as exc:
+                raise UserError(f"{self.path}: corrupt gzip data ({exc})") from None
+            except OSError as exc:
+                raise UserError(f"{self.path}: cannot read ({exc.strerror or exc})") from None
+            if not b:
+                self.eof = True
+                break
+            parts.append(b)
+            got += len(b)
+        return b"".join(parts)
+
+    def close(self) -> None:
+        if self.fh is not self.raw:
+            self.fh.close()
+        self.raw.close()
+
+
+def _last_boundary(buf: bytes, lo: int) -> tuple[int, int] | None:
+    """(end of an event, start of the next) for the last `}` `,` `{` in buf[lo:], or None."""
+    i = len(buf)
+    n = len(buf)
+    while True:
+        i = buf.rfind(b"},", lo, i)
+        if i < 0:
+            break
+        j = i + 2
+        while j < n and buf[j] in _WS:
+            j += 1
+        if j < n and buf[j] == 0x7B:  # "{"
+            return i + 1, j
+    last = None
+    for last in _BOUNDARY.finditer(buf, lo):
+        pass
+    return (last.start() + 1, last.end() - 1) if last is not None else None
+
+
+# -- tables ----------------------------------------------------------------------------------
+
+class _NeedExact(Exception):
+    """A float timestamp is too large to resolve nanoseconds."""
+
+
+def _ns(values: list[Any], exact: bool) -> np.ndarray:
+    """Integer nanoseconds from microsecond values: floats below 2^43 us (exact for the 3-decimal
+    values torch writes), else Decimals (`exact`)."""
+    if exact:
+        return np.array([int((Decimal(v) * 1000).to_integral_value(ROUND_HALF_EVEN)) for v in values],
+                        dtype=np.int64)
+    f = np.asarray(values, dtype=np.float64)
+    if len(f) and float(np.abs(f).max()) >= EXACT_FLOAT_US:
+        raise _NeedExact
+    whole = np.floor(f)
+    return whole.astype(np.int64) * 1000 + np.rint((f - whole) * 1000).astype(np.int64)
+
+
+class _Builder:
+    """Accumulates per-chunk columns; `finish` sorts, joins and returns the tables."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.name_ids: dict[str, int] = {}
+        self.cats: dict[Any, tuple[int, int]] = {}
+        self.str_ids: dict[str, int] = {}
+        self.cols: dict[str, dict[str, list[np.ndarray]]] = {k: {} for k in ("dev", "rt", "cpu", "ann")}
+        self.runtime_cats: Counter = Counter()
+        self.skipped: Counter = Counter()
+        self.event_count = 0
+
+    def _intern(self, names: list[str]) -> np.ndarray:
+        ids = self.name_ids
+        for n in set(names):
+            if n not in ids:
+                ids[n] = len(self.names)
+                self.names.append(n)
+        return np.array([ids[n] for n in names], dtype=np.int32)
+
+    def _ints(self, values: list[Any]) -> np.ndarray:
+        try:
+            return np.array(values, dtype=np.int64)
+        except (TypeError, ValueError, OverflowError):  # a string pid/tid: give it a stable negative id
+            out = []
+            for v in values:
+                if isinstance(v, int):
+                    out.append(v)
+                else:
+                    out.append(self.str_ids.setdefault(str(v), -1 - len(self.str_ids)))
+            return np.array(out, dtype=np.int64)
+
+    def _put(self, table: str, **cols: np.ndarray) -> None:
+        t = self.cols[table]
+        for k, v in cols.items():
+            t.setdefault(k, []).append(v)
+
+    def add(self, events: list, exact: bool) -> None:
+        """Table one decoded chunk. Raises _NeedExact (and keeps nothing) when a float timestamp
+        is too large to hold nanoseconds; the caller then decodes the chunk with Decimals."""
+        buckets: list[list] = [[], [], [], [], []]
+        skipped: Counter = Counter()
+        cats = self.cats
+        for e in events:
+            if e.ph == "X":
+                c = e.cat
+                k = cats.get(c)
+                if k is None:
+                    k = cats[c] = _classify(c)
+                if k[0] >= 0:
+                    buckets[k[0]].append(e)
+                else:
+                    skipped[c] += 1
+        dev, rt, cpu, ann, gann = buckets
+        staged: list[tuple[str, dict[str, np.ndarray]]] = []
+        if dev:
+            args = [e.args for e in dev]
+            staged.append(("dev", dict(
+                kind=np.array([cats[e.cat][1] for e in dev], dtype=np.int8),
+                start_ns=_ns([e.ts for e in dev], exact), dur_ns=_ns([e.dur for e in dev], False),
+                device=self._ints([e.pid for e in dev]),
+                stream=self._ints([a.stream if a is not None and a.stream is not None else e.tid
+                                   for a, e in zip(args, dev)]),
+                correlation=np.array([a.correlation if a is not None and a.correlation is not None else -1
+                                      for a in args], dtype=np.int64),
+                nbytes=np.array([a.nbytes if a is not None and a.nbytes is not None else -1 for a in args],
+                                dtype=np.int64),
+                name_id=self._intern([e.name for e in dev]))))
+        if rt:
+            staged.append(("rt", dict(
+                start_ns=_ns([e.ts for e in rt], exact), dur_ns=_ns([e.dur for e in rt], False),
+                tid=self._ints([e.tid for e in rt]),
+                correlation=np.array([e.args.correlation if e.args is not None and e.args.correlation is not None
+                                      else -1 for e in rt], dtype=np.int64),
+                name_id=self._intern([e.name for e in rt]),
+                driver=np.array([cats[e.cat][1] == 1 for e in rt], dtype=np.bool_))))
+        if cpu:
+            staged.append(("cpu", dict(
+                start_ns=_ns([e.ts for e in cpu], exact), dur_ns=_ns([e.dur for e in cpu], False),
+                tid=self._ints([e.tid for e in cpu]), name_id=self._intern([e.name for e in cpu]))))
+        for group, on_dev in ((ann, False), (gann, True)):
+            if group:
+                staged.append(("ann", dict(
+                    start_ns=_ns([e.ts for e in group], exact), dur_ns=_ns([e.dur for e in group], False),
+                    pid=self._ints([e.pid for e in group]), tid=self._ints([e.tid for e in group]),
+                    name_id=self._intern([e.name for e in group]),
+                    on_device=np.full(len(group), on_dev, dtype=np.bool_))))
+        for table, cols in staged:
+            self._put(table, **cols)
+        self.event_count += len(events)
+        self.skipped.update(skipped)
+        if rt:
+            self.runtime_cats.update(Counter(e.cat for e in rt))
+
+    def _cat(self, table: str, cls: type) -> Any:
+        cols = self.cols[table]
+        if not cols:
+            return cls()
+        return cls(**{k: np.concatenate(v) for k, v in cols.items()})
+
+    def finish(self, path: Path, metadata: dict[str, Any]) -> TraceTables:
+        d = self.cols["dev"]
+        if d:
+            n = sum(len(a) for a in d["kind"])
+            d["copy_dir"] = [np.full(n, -1, dtype=np.int8)]
+            d["host_mem"] = [np.zeros(n, dtype=np.int8)]
+            d["launch"] = [np.full(n, -1, dtype=np.int64)]
+        ops = self._cat("dev", DeviceOps)
+        runtime = self._cat("rt", RuntimeCalls)
+        cpu_ops = self._cat("cpu", CpuOps)
+        ranges = self._cat("ann", Ranges)
+        for t in (ops, runtime, cpu_ops, ranges):
+            if len(t):
+                t.take(np.argsort(t.start_ns, kind="stable"))
+        if len(ops):
+            self._copy_columns(ops)
+            ops.launch = _join_launches(ops.correlation, runtime.correlation)
+        kind = None
+        if self.runtime_cats:
+            cat = self.runtime_cats.most_common(1)[0][0]
+            kind = cat.lower().rsplit("_", 1)[0] or None
+        elif len(ops):
+            kind = "unknown"
+        return TraceTables(path=path, names=self.names, ops=ops, runtime=runtime, cpu_ops=cpu_ops, ranges=ranges,
+                           metadata=metadata, device_kind=kind, event_count=self.event_count,
+                           skipped=dict(self.skipped))
+
+    def _copy_columns(self, ops: DeviceOps) -> None:
+        copies = np.flatnonzero(ops.kind != KERNEL)
+        if not len(copies):
+            return
+        parsed: dict[tuple[int, int], tuple[int, int]] = {}
+        dirs = np.empty(len(copies), dtype=np.int8)
+        mems = np.empty(len(copies), dtype=np.int8)
+        for j, (nid, kd) in enumerate(zip(ops.name_id[copies].tolist(), ops.kind[copies].tolist())):
+            key = (nid, kd)
+            if key not in parsed:
+                parsed[key] = parse_copy_name(self.names[nid], kd)
+            dirs[j], mems[j] = parsed[key]
+        ops.copy_dir[copies] = dirs
+        ops.host_mem[copies] = mems
+
+
+def _join_launches(op_corr: np.ndarray, rt_corr: np.ndarray) -> np.ndarray:
+    """Row of the runtime call with the same correlation id as each device op, -1 if none."""
+    out = np.full(len(op_corr), -1, dtype=np.int64)
+    if not len(rt_corr):
+        return out
+    order = np.argsort(rt_corr, kind="stable")
+    sorted_corr = rt_corr[order]
+    pos = np.searchsorted(sorted_corr, op_corr)
+    pos_c = np.minimum(pos, len(sorted_corr) - 1)
+    hit = (op_corr >= 0) & (sorted_corr[pos_c] == op_corr)
+    out[hit] = order[pos_c[hit]]
+    return out
+
+
+# -- the file --------------------------------------------------------------------------------
+
+def _describe_start(b: bytes) -> str:
+    if b.startswith(b"["):
+        return "a JSON array"
+    if b[:1] in (b'"',) or b[:1].isdigit() or b[:1] == b"-" or b[:4] in (b"true", b"fals", b"null"):
+        return "a JSON scalar"
+    return "data that is not JSON"
+
+
+def _parse_head(path: Path, head: bytes) -> dict[str, Any]:
+    text = head.strip()
+    if text.startswith(b"\xef\xbb\xbf"):
+        text = text[3:].lstrip()
+    body = text[1:].rstrip(_WS).rstrip(b",")
+    try:
+        meta = json.loads(b"{" + body + b"}")
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise UserError(f"{path}: malformed JSON before traceEvents") from None
+    return meta if isinstance(meta, dict) else {}
+
+
+def _parse_tail(path: Path, tail: bytes, offset: int) -> dict[str, Any]:
+    """The top-level keys after the traceEvents array (`tail` starts right after its `]`, at
+    byte `offset` of the file)."""
+    lead = len(tail) - len(tail.lstrip(_WS))
+    text = tail.strip(_WS)
+    if text == b"}":
+        return {}
+    if not text:
+        raise UserError(f"{path}: truncated trace (the top-level object is not closed)")
+    if not text.startswith(b","):
+        raise UserError(f"{path}: malformed JSON after traceEvents at byte {offset + lead}")
+    try:
+        meta = json.loads(b"{" + text[1:])
+    except json.JSONDecodeError as exc:
+        if exc.msg.startswith("Expecting") and exc.pos >= len(text) - 2:
+            raise UserError(f"{path}: truncated trace (the top-level object is not closed)") from None
+        at = offset + lead + len(text.decode("utf-8", "replace")[:exc.pos].encode("utf-8"))
+        raise UserError(f"{path}: malformed JSON after traceEvents at byte {at} ({exc.msg})") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: malformed JSON after traceEvents at byte {offset + lead} (invalid UTF-8)") from None
+    return meta if isinstance(meta, dict) else {}
+
+
+def load_trace(path: str | Path, *, decoder: str = "auto", block_bytes: int = BLOCK_BYTES) -> TraceTables:
+    """Load a torch.profiler Chrome trace (.json or .json.gz; gzip is recognised by content).
+
+    decoder: "auto" (msgspec when installed), "msgspec" or "json" (standard library).
+    Raises UserError for anything that is not a readable torch.profiler trace.
+    """
+    path = Path(path)
+    if decoder == "auto":
+        decoder = "msgspec" if msgspec is not None else "json"
+    decoders = _make_msgspec_decoders() if decoder == "msgspec" else _make_json_decoders()
+    if decoders is None:
+        raise UserError("msgspec is not installed (pip install msgspec), use decoder='json'")
+    fast, exact = decoders
+    reader = _Reader(path)
+    try:
+        return _load(path, reader, fast, exact, block_bytes)
+    finally:
+        reader.close()
+
+
+def _load(path: Path, reader: _Reader, fast: Callable, exact: Callable, block: int) -> TraceTables:
+    # head: everything up to the traceEvents array is metadata
+    head = reader.read(block)
+    first = head.lstrip(_WS + b"\xef\xbb\xbf")[:8]
+    if not first:
+        raise UserError(f"{path}: empty file, not a torch.profiler trace")
+    if not first.startswith(b"{"):
+        raise UserError(f"{path}: not a torch.profiler trace (expected a JSON object with traceEvents, "
+                        f"found {_describe_start(first)})")
+    m = _TRACE_EVENTS.search(head)
+    while m is None and not reader.eof and len(head) < HEAD_LIMIT_BYTES:
+        head += reader.read(block)
+        m = _TRACE_EVENTS.search(head)
+    if m is None:
+        raise UserError(f"{path}: not a torch.profiler trace (no traceEvents array)")
+    metadata = _parse_head(path, head[:m.start()])
+    buf = head[m.end():]
+    base = m.end()  # offset of buf[0] in the decompressed stream
+    del head
+
+    builder = _Builder()
+    tail: bytes | None = None
+    need_more = False
+    while tail is None:
+        if not reader.eof and (need_more or len(buf) < block):
+            buf += reader.read(block)
+            need_more = False
+        final = reader.eof
+        cut = None if final else _last_boundary(buf, 0)
+        if not final and cut is None:
+            need_more = True
+            continue
+        text = b"[" + buf if final else b"[" + buf[:cut[0]] + b"]"
+        try:
+            events = fast(text)
+        except _Trailing as t:  # the array ends inside this text: what follows is metadata
+            try:
+                events = fast(text[:t.end])
+            except (_Trailing, _AtEnd, _Malformed):
+                raise UserError(f"{path}: malformed JSON in traceEvents at byte {base + t.end - 1}") from None
+            _add(builder, events, text[:t.end], exact)
+            rest = text[t.end:] if final else text[t.end:-1] + buf[cut[0]:]
+            tail_offset = base + t.end - 1
+            tail = rest + reader.read(TAIL_LIMIT_BYTES)
+            if not reader.eof:
+                raise UserError(f"{path}: malformed JSON after traceEvents (over 64 MB of trailing data)")
+            break
+        except _AtEnd:
+            if final:
+                raise UserError(f"{path}: truncated trace (the traceEvents array is not closed)") from None
+            need_more = True  # the cut fell inside a value: take a later boundary
+            continue
+        except _Malformed as exc:
+            at = f" at byte {base + exc.pos - 1}" if exc.pos is not None else ""
+            raise UserError(f"{path}: malformed JSON in traceEvents{at} ({exc.msg})") from None
+        if final:  # decoded to the very end without the closing of the top-level object
+            raise UserError(f"{path}: truncated trace (the top-level object is not closed)")
+        _add(builder, events, text, exact)
+        buf = buf[cut[1]:]
+        base += cut[1]
+
+    metadata.update(_parse_tail(path, tail, tail_offset))
+    tables = builder.finish(path, metadata)
+    if not (len(tables.ops) or len(tables.runtime) or len(tables.cpu_ops) or len(tables.ranges)):
+        raise UserError(f"{path}: not a torch.profiler trace (traceEvents has no cpu_op, kernel, runtime "
+                        f"or annotation events)")
+    return tables
+
+
+def _add(builder: _Builder, events: list, text: bytes, exact: Callable) -> None:
+    """Add a decoded chunk; decode it again with exact timestamps when floats cannot hold them."""
+    try:
+        builder.add(events, exact=False)
+    except _NeedExact:
+        builder.add(exact(text), exact=True)

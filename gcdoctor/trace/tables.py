@@ -1,0 +1,150 @@
+"""Column tables of a loaded profiler trace: numpy arrays, nanosecond integer timestamps.
+
+Compact on purpose (no per-event Python objects): a trace of hundreds of MB becomes a few tens of
+MB of arrays. Names are stored once in `TraceTables.names` and referenced by `name_id`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# DeviceOps.kind
+KERNEL, MEMCPY, MEMSET = 0, 1, 2
+KIND_NAMES = ("kernel", "memcpy", "memset")
+
+# DeviceOps.copy_dir: the direction word in a memcpy name ("Memcpy HtoD (Pageable -> Device)")
+COPY_DIRECTIONS = ("HtoD", "DtoH", "DtoD", "PtoP", "HtoH", "other")
+# DeviceOps.host_mem: where the host side of a copy lives, from the same name
+HOST_MEM_NONE, HOST_MEM_PAGEABLE, HOST_MEM_PINNED, HOST_MEM_OTHER = 0, 1, 2, 3
+
+_I64 = np.int64
+
+
+def _empty(dtype: Any = _I64) -> np.ndarray:
+    return np.zeros(0, dtype=dtype)
+
+
+@dataclass
+class _Columns:
+    """Base of the tables: equal-length numpy columns, reorderable as a whole."""
+
+    def __len__(self) -> int:
+        return len(getattr(self, fields(self)[0].name))
+
+    def take(self, order: np.ndarray) -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name)[order])
+
+    def to_frame(self, names: list[str] | None = None) -> Any:
+        """A pandas DataFrame of the columns (pandas is imported only here), with a `name`
+        column decoded from `name_id` when `names` is given."""
+        import pandas as pd
+
+        cols = {f.name: getattr(self, f.name) for f in fields(self)}
+        if names is not None and "name_id" in cols:
+            cols["name"] = np.asarray(names, dtype=object)[cols["name_id"]] if len(names) else cols["name_id"]
+        return pd.DataFrame(cols)
+
+
+@dataclass
+class DeviceOps(_Columns):
+    """Kernels, memcpys and memsets on the device timeline, sorted by start."""
+
+    kind: np.ndarray = field(default_factory=lambda: _empty(np.int8))  # KERNEL | MEMCPY | MEMSET
+    start_ns: np.ndarray = field(default_factory=_empty)
+    dur_ns: np.ndarray = field(default_factory=_empty)
+    device: np.ndarray = field(default_factory=_empty)  # trace pid: the device index
+    stream: np.ndarray = field(default_factory=_empty)  # args.stream, else tid
+    correlation: np.ndarray = field(default_factory=_empty)  # -1 when absent
+    name_id: np.ndarray = field(default_factory=lambda: _empty(np.int32))
+    nbytes: np.ndarray = field(default_factory=_empty)  # args.bytes of copies/memsets, -1 unknown
+    copy_dir: np.ndarray = field(default_factory=lambda: _empty(np.int8))  # COPY_DIRECTIONS index, -1
+    host_mem: np.ndarray = field(default_factory=lambda: _empty(np.int8))  # HOST_MEM_*
+    launch: np.ndarray = field(default_factory=_empty)  # row in RuntimeCalls, -1 when not joined
+
+    @property
+    def end_ns(self) -> np.ndarray:
+        return self.start_ns + self.dur_ns
+
+
+@dataclass
+class RuntimeCalls(_Columns):
+    """Host-side runtime and driver API calls (`*_runtime`, `*_driver`), sorted by start."""
+
+    start_ns: np.ndarray = field(default_factory=_empty)
+    dur_ns: np.ndarray = field(default_factory=_empty)
+    tid: np.ndarray = field(default_factory=_empty)
+    correlation: np.ndarray = field(default_factory=_empty)  # -1 when absent
+    name_id: np.ndarray = field(default_factory=lambda: _empty(np.int32))
+    driver: np.ndarray = field(default_factory=lambda: _empty(np.bool_))  # a *_driver call
+
+    @property
+    def end_ns(self) -> np.ndarray:
+        return self.start_ns + self.dur_ns
+
+
+@dataclass
+class CpuOps(_Columns):
+    """`cpu_op` events (aten operators and the like), sorted by start."""
+
+    start_ns: np.ndarray = field(default_factory=_empty)
+    dur_ns: np.ndarray = field(default_factory=_empty)
+    tid: np.ndarray = field(default_factory=_empty)
+    name_id: np.ndarray = field(default_factory=lambda: _empty(np.int32))
+
+    @property
+    def end_ns(self) -> np.ndarray:
+        return self.start_ns + self.dur_ns
+
+
+@dataclass
+class Ranges(_Columns):
+    """Annotation ranges: `user_annotation` (host, record_function) and `gpu_user_annotation`
+    (device, on_device=True; tid is then the stream), sorted by start."""
+
+    start_ns: np.ndarray = field(default_factory=_empty)
+    dur_ns: np.ndarray = field(default_factory=_empty)
+    pid: np.ndarray = field(default_factory=_empty)
+    tid: np.ndarray = field(default_factory=_empty)
+    name_id: np.ndarray = field(default_factory=lambda: _empty(np.int32))
+    on_device: np.ndarray = field(default_factory=lambda: _empty(np.bool_))
+
+    @property
+    def end_ns(self) -> np.ndarray:
+        return self.start_ns + self.dur_ns
+
+
+@dataclass
+class TraceTables:
+    """Everything gcdoctor reads from one trace file."""
+
+    path: Path
+    names: list[str]
+    ops: DeviceOps
+    runtime: RuntimeCalls
+    cpu_ops: CpuOps
+    ranges: Ranges
+    metadata: dict[str, Any] = field(default_factory=dict)  # top-level keys other than traceEvents
+    device_kind: str | None = None  # "cuda", "musa", ... from the runtime categories; None: CPU-only
+    event_count: int = 0  # all entries of traceEvents
+    skipped: dict[str, int] = field(default_factory=dict)  # complete events not tabled, by category
+
+    @property
+    def device_properties(self) -> list[dict[str, Any]]:
+        props = self.metadata.get("deviceProperties")
+        return [p for p in props if isinstance(p, dict)] if isinstance(props, list) else []
+
+    def name(self, name_id: int) -> str:
+        return self.names[name_id]
+
+    def span_ns(self) -> tuple[int, int] | None:
+        """First start and last end over all tabled events, or None for an empty trace."""
+        lo, hi = [], []
+        for t in (self.ops, self.runtime, self.cpu_ops, self.ranges):
+            if len(t):
+                lo.append(int(t.start_ns.min()))
+                hi.append(int((t.start_ns + t.dur_ns).max()))
+        return (min(lo), max(hi)) if lo else None

@@ -1,0 +1,157 @@
+"""Trace windows: the whole trace, each profiler step, and each gcdoctor label.
+
+A window has host intervals (where its CPU ranges are) and device intervals (where the device
+ran the work launched inside them). Device intervals come from correlation: an op belongs to a
+CPU range when its launch call started inside the range, on any thread, so backward kernels
+launched from the autograd thread land in the caller's `gcdoctor/backward` range
+(REFERENCES.md section 5). Definitions: docs/trace-metrics.md.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from gcdoctor.trace import intervals as iv
+from gcdoctor.trace.tables import TraceTables
+
+LABEL_PREFIX = "gcdoctor/"
+STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+TORCH_OPTIMIZER = re.compile(r"^Optimizer\.step#")
+# label windows first in this order, then the rest alphabetically
+LABEL_ORDER = ("forward", "loss", "backward", "recompute", "optimizer")
+
+
+@dataclass
+class Window:
+    name: str
+    source: str  # how it was located: trace | profiler_step | labels | gpu_annotation | torch_optimizer
+    host0: np.ndarray  # sorted disjoint host intervals [host0, host1)
+    host1: np.ndarray
+    dev0: np.ndarray  # sorted disjoint device intervals, empty when no device work was found
+    dev1: np.ndarray
+    range_count: int = 0
+
+
+def _empty() -> np.ndarray:
+    return np.zeros(0, dtype=np.int64)
+
+
+def _device_spans(r0: np.ndarray, r1: np.ndarray, launch_ts: np.ndarray, op_s: np.ndarray,
+                  op_e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each disjoint sorted CPU interval, [first start, last end] of the ops whose launch call
+    started inside it; intervals without ops are dropped. Result merged into disjoint intervals."""
+    if not len(r0) or not len(launch_ts):
+        return _empty(), _empty()
+    k = np.searchsorted(r0, launch_ts, side="right") - 1
+    kc = np.maximum(k, 0)
+    hit = (k >= 0) & (launch_ts < r1[kc])
+    if not hit.any():
+        return _empty(), _empty()
+    k, s, e = k[hit], op_s[hit], op_e[hit]
+    lo = np.full(len(r0), iv.POS, dtype=np.int64)
+    hi = np.full(len(r0), iv.NEG, dtype=np.int64)
+    np.minimum.at(lo, k, s)
+    np.maximum.at(hi, k, e)
+    used = hi > iv.NEG
+    return iv.merge(lo[used], hi[used])
+
+
+class WindowFinder:
+    """Locates the windows of one trace for one device."""
+
+    def __init__(self, t: TraceTables, op_mask: np.ndarray):
+        self.t = t
+        ops = t.ops
+        self.op_s = ops.start_ns[op_mask]
+        self.op_e = (ops.start_ns + ops.dur_ns)[op_mask]
+        launch = ops.launch[op_mask]
+        joined = launch >= 0
+        self.launch_ts = t.runtime.start_ns[launch[joined]] if len(t.runtime) else _empty()
+        self.j_s, self.j_e = self.op_s[joined], self.op_e[joined]
+        rng = t.ranges
+        names = np.asarray(t.names, dtype=object)
+        self.range_names = names[rng.name_id] if len(rng) else np.zeros(0, dtype=object)
+        cpu = t.cpu_ops
+        self.cpu_names = names[cpu.name_id] if len(cpu) else np.zeros(0, dtype=object)
+
+    def _by_correlation(self, r0: np.ndarray, r1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return _device_spans(r0, r1, self.launch_ts, self.j_s, self.j_e)
+
+    def whole(self) -> Window:
+        span = self.t.span_ns()
+        h0, h1 = (np.array([span[0]]), np.array([span[1]])) if span else (_empty(), _empty())
+        if len(self.op_s):
+            d0, d1 = np.array([self.op_s.min()]), np.array([self.op_e.max()])
+        else:
+            d0, d1 = _empty(), _empty()
+        return Window("all", "trace", h0, h1, d0, d1, 1)
+
+    def steps(self) -> list[Window]:
+        """One window per ProfilerStep#N range (user_annotation, or cpu_op in older torch)."""
+        found: dict[int, tuple[int, int]] = {}
+        rng = self.t.ranges
+        for names, s, d, ok in ((self.range_names, rng.start_ns, rng.dur_ns, ~rng.on_device),
+                                (self.cpu_names, self.t.cpu_ops.start_ns, self.t.cpu_ops.dur_ns, None)):
+            for i in np.flatnonzero(ok) if ok is not None else range(len(names)):
+                n = names[i]
+                if n.startswith("ProfilerStep#"):
+                    m = STEP_NAME.match(n)
+                    if m and int(m.group(1)) not in found:
+                        found[int(m.group(1))] = (int(s[i]), int(s[i] + d[i]))
+            if found:
+                break
+        out = []
+        for n in sorted(found):
+            a, b = found[n]
+            h0, h1 = np.array([a]), np.array([b])
+            d0, d1 = self._by_correlation(h0, h1)
+            out.append(Window(f"step:{n}", "profiler_step", h0, h1, d0, d1, 1))
+        return out
+
+    def labels(self) -> list[Window]:
+        """One window per gcdoctor label base: `gcdoctor/<a>` and `gcdoctor/<a>/<anything>` ranges
+        together make window `<a>`; where both forms exist, `<a>/*` holds the indexed ones alone."""
+        rng = self.t.ranges
+        groups: dict[str, dict[str, list[int]]] = {}
+        for i, n in enumerate(self.range_names):
+            if n.startswith(LABEL_PREFIX):
+                parts = n[len(LABEL_PREFIX):].split("/", 1)
+                base = parts[0]
+                if not base:
+                    continue
+                g = groups.setdefault(base, {"plain_cpu": [], "idx_cpu": [], "plain_dev": [], "idx_dev": []})
+                side = "dev" if rng.on_device[i] else "cpu"
+                g[("idx_" if len(parts) > 1 else "plain_") + side].append(i)
+        out = []
+        for base in sorted(groups, key=lambda b: (LABEL_ORDER.index(b) if b in LABEL_ORDER else 99, b)):
+            g = groups[base]
+            out.append(self._label_window(base, g["plain_cpu"] + g["idx_cpu"], g["plain_dev"] + g["idx_dev"]))
+            if g["plain_cpu"] and g["idx_cpu"]:
+                out.append(self._label_window(f"{base}/*", g["idx_cpu"], g["idx_dev"]))
+        if "optimizer" not in groups:
+            idx = [i for i, n in enumerate(self.range_names)
+                   if not rng.on_device[i] and TORCH_OPTIMIZER.match(n)]
+            if idx:
+                w = self._label_window("optimizer", idx, [])
+                w.source = "torch_optimizer"
+                out.append(w)
+        return out
+
+    def _label_window(self, name: str, cpu_idx: list[int], dev_idx: list[int]) -> Window:
+        rng = self.t.ranges
+        ci = np.asarray(cpu_idx, dtype=np.int64)
+        h0, h1 = iv.merge(rng.start_ns[ci], rng.start_ns[ci] + rng.dur_ns[ci]) if len(ci) else (_empty(), _empty())
+        d0, d1 = self._by_correlation(h0, h1)
+        source = "labels"
+        if not len(d0) and dev_idx:  # no launch joined to these ranges: use the device annotations
+            di = np.asarray(dev_idx, dtype=np.int64)
+            d0, d1 = iv.merge(rng.start_ns[di], rng.start_ns[di] + rng.dur_ns[di])
+            source = "gpu_annotation"
+        return Window(name, source, h0, h1, d0, d1, len(ci) if len(ci) else len(dev_idx))
+
+
+def find_windows(t: TraceTables, op_mask: np.ndarray) -> list[Window]:
+    f = WindowFinder(t, op_mask)
+    return [f.whole(), *f.steps(), *f.labels()]
