@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 from gcdoctor.engine import Rule
+from gcdoctor.rules.device_starving_cpu import DeviceStarvingCpuRule
 from gcdoctor.rules.gc_unneeded import GcUnneededRule
 from gcdoctor.rules.insufficient_memory_saving import InsufficientMemorySavingRule
 from gcdoctor.rules.model_states_dominate import ModelStatesDominateRule
 from gcdoctor.rules.oom_boundary_gain import OomBoundaryGainRule
+from gcdoctor.rules.pcie_saturated_idle import PcieSaturatedIdleRule
 from gcdoctor.rules.recompute_overhead import RecomputeOverheadRule
 
 ALL_RULES: list[Rule] = [
@@ -14,6 +16,8 @@ ALL_RULES: list[Rule] = [
     OomBoundaryGainRule(),
     ModelStatesDominateRule(),
     GcUnneededRule(),
+    PcieSaturatedIdleRule(),
+    DeviceStarvingCpuRule(),
 ]
 
 BY_CODE: dict[str, Rule] = {r.code: r for r in ALL_RULES}

@@ -14,6 +14,7 @@ from typing import Any
 from gcdoctor.facts.granularity import GranularityFacts
 from gcdoctor.facts.jitter import JitterFacts
 from gcdoctor.facts.memory import MemoryModelFacts
+from gcdoctor.facts.monitor import MonitorFacts
 from gcdoctor.facts.offload import OffloadFacts
 from gcdoctor.facts.serde import from_dict, to_dict
 from gcdoctor.facts.sweep import Measurement, SearchTrial, SweepFacts
@@ -114,6 +115,7 @@ class Facts:
     offload: OffloadFacts | None = None
     jitter: JitterFacts | None = None
     watch: WatchFacts | None = None
+    monitor: MonitorFacts | None = None  # gcdoctor monitor: telemetry windows of another process's job
     unavailable: dict[str, str] = field(default_factory=dict)  # dotted path -> why not measured
 
     def get(self, path: str) -> Any:
@@ -157,6 +159,6 @@ class Facts:
 
 __all__ = [
     "Environment", "Facts", "GranularityFacts", "JitterFacts", "Measurement", "MemoryModelFacts",
-    "ModelInfo", "OffloadFacts", "ProfilerOverhead", "RunSettings", "SCHEMA_VERSION", "SearchTrial",
+    "ModelInfo", "MonitorFacts", "OffloadFacts", "ProfilerOverhead", "RunSettings", "SCHEMA_VERSION", "SearchTrial",
     "SeriesSummary", "SweepFacts", "TelemetryFacts", "TraceMetrics", "WatchFacts",
 ]
