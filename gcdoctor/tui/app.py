@@ -1,0 +1,315 @@
+"""The live dashboard: `gcdoctor diagnose` on a terminal, `gcdoctor monitor`, `monitor --run DIR`.
+
+Events reach the app through `sink`, from any thread. Telemetry samples (20 Hz from the
+sampler thread) go into a deque and are drawn on a 4 Hz timer; every other event is posted
+as a message (post_message is thread-safe and does not block the session). See
+REFERENCES.md section 7.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any, Callable
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.content import Content
+from textual.message import Message
+from textual.widgets import Footer, OptionList, Static
+
+from gcdoctor.events import TelemetrySampled
+from gcdoctor.tui.gauges import device_rows, diagnose_rows, host_rows
+from gcdoctor.tui.render import fmt_bytes, fmt_seconds
+from gcdoctor.tui.screens import HelpScreen, VerdictScreen
+from gcdoctor.tui.sources import Source
+from gcdoctor.tui.state import DashboardState
+from gcdoctor.tui.widgets import (GaugePanel, HeaderBar, LogPane, MeasurementsTable, ProbePanel, StatusBar,
+                                  VerdictDetail, VerdictList)
+
+WIDE_COLUMNS = 120  # from here on: more telemetry rows, the verdict detail beside the list
+
+
+class EventArrived(Message):
+    """A session event other than a telemetry sample, forwarded to the UI thread."""
+
+    def __init__(self, event: Any) -> None:
+        super().__init__()
+        self.event = event
+
+
+class SourceDone(Message):
+    """The source's thread has ended (the run directory is complete)."""
+
+
+class DashboardApp(App[None]):
+    """mode: 'diagnose' (a live session or a replay), 'follow' (monitor --run), 'monitor'."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "gcdoctor"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE_COLUMNS, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (36, "-tall")]
+    BINDINGS = [
+        Binding("q", "request_quit", "Quit"),
+        Binding("ctrl+c", "request_quit", "Quit", show=False, priority=True),
+        Binding("ctrl+q", "request_quit", "Quit", show=False, priority=True),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("v", "focus_panel('verdicts')", "Verdicts"),
+        Binding("m", "focus_panel('measurements')", "Table"),
+        Binding("l", "focus_panel('log')", "Log"),
+        Binding("t", "toggle_theme", "Theme"),
+    ]
+
+    def __init__(self, source: Source, mode: str = "diagnose", clock: Callable[[], float] = time.monotonic,
+                 monitor: Any = None, tick_s: float = 0.25) -> None:
+        super().__init__()
+        self.source = source
+        self.mode = mode
+        self.monitor = monitor  # MonitorSession: its processes list, its unavailable reasons
+        self.state = DashboardState(clock=clock)
+        self.tick_s = tick_s  # telemetry redraw period: 4 Hz
+        self._inbox: deque[TelemetrySampled] = deque()
+        self._device_panels: dict[str, GaugePanel] = {}
+        self._wide = False
+
+    # -- layout ----------------------------------------------------------------------------------
+    @property
+    def wide(self) -> bool:
+        return self.size.width >= WIDE_COLUMNS
+
+    def compose(self) -> ComposeResult:
+        yield HeaderBar(self.state, self._header_lines, id="header")
+        if self.mode == "monitor":
+            with Horizontal(id="middle"):
+                yield VerticalScroll(id="devices")
+                with Vertical(id="side"):
+                    yield GaugePanel(self.state, lambda: host_rows(self.state, True, with_process=False),
+                                     id="host", classes="box")
+                    yield VerdictList(self.state, "No warnings: GC040 and GC041 watch the last 5 s.",
+                                      id="verdicts", classes="box")
+                    yield VerticalScroll(VerdictDetail(id="detail"), id="detail-box", classes="box")
+        else:
+            with Horizontal(id="top"):
+                yield GaugePanel(self.state, lambda: diagnose_rows(self.state, self.wide), id="telemetry",
+                                 classes="box")
+                yield ProbePanel(self.state, id="probe", classes="box")
+            with Horizontal(id="middle"):
+                yield MeasurementsTable(self.state, id="measurements", classes="box")
+                yield VerdictList(self.state, id="verdicts", classes="box")
+                yield VerticalScroll(VerdictDetail(id="detail"), id="detail-box", classes="box")
+        yield LogPane(self.state, id="log", classes="box")
+        yield StatusBar(self.state, self._status, id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        titles = {"telemetry": "telemetry", "probe": "probe", "measurements": "measurements",
+                  "verdicts": "warnings" if self.mode == "monitor" else "verdicts", "detail-box": "detail",
+                  "log": "log", "host": "host", "devices": "GPUs"}
+        for wid, title in titles.items():
+            for w in self.query(f"#{wid}"):
+                w.border_title = title
+        self._wide = self.wide
+        self.set_interval(self.tick_s, self.flush)
+        self.source.start(self.sink, lambda: self.post_message(SourceDone()))
+
+    def on_resize(self) -> None:
+        if self.wide != self._wide:  # rows depend on the width class: redraw them
+            self._wide = self.wide
+            self._update({"telemetry", "header"})
+
+    # -- events in ---------------------------------------------------------------------------------
+    def sink(self, event: Any) -> None:
+        """Called by the source from any thread."""
+        if isinstance(event, TelemetrySampled):
+            self._inbox.append(event)  # deque.append is atomic: no lock, no message per sample
+        else:
+            self.post_message(EventArrived(event))
+
+    def on_event_arrived(self, message: EventArrived) -> None:
+        self._update(self.state.apply(message.event))
+
+    def flush(self) -> None:
+        """Fold the buffered telemetry into the state and redraw (the 4 Hz timer; tests call it too)."""
+        changed = {"status"}
+        while self._inbox:
+            changed |= self.state.apply(self._inbox.popleft())
+        if self.mode == "monitor":
+            changed.add("telemetry")  # the process lists change without samples
+        self._update(changed)
+
+    def on_source_done(self, message: SourceDone) -> None:
+        self.flush()
+        err = self.source.error
+        if err is not None:
+            self.state.failure = str(err) or type(err).__name__
+            self.state.add_log(f"{type(err).__name__}: {err}", "error")
+        self._update({"status", "log", "probe"})
+        if self.state.stopping:
+            self.exit()
+
+    def _update(self, changed: set[str]) -> None:
+        if not changed:
+            return
+        if "header" in changed:
+            for w in self.query(HeaderBar):
+                w.refresh(layout=True)
+        if "telemetry" in changed:
+            if self.mode == "monitor":
+                self._sync_device_panels()
+            for w in self.query(GaugePanel):
+                w.refresh(layout=True)
+        if "probe" in changed:
+            for w in self.query(ProbePanel):
+                w.refresh(layout=True)
+        if "table" in changed:
+            for w in self.query(MeasurementsTable):
+                w.sync()
+        if "verdicts" in changed:
+            for w in self.query(VerdictList):
+                w.sync()
+                self._show_detail(w)
+        if "log" in changed:
+            for w in self.query(LogPane):
+                w.sync()
+        if "status" in changed:
+            for w in self.query(StatusBar):
+                w.refresh()
+
+    # -- monitor: one panel per GPU ----------------------------------------------------------------
+    def _sync_device_panels(self) -> None:
+        box = self.query("#devices")
+        if not box:
+            return
+        container = box.first()
+        keys = self.state.telemetry.device_keys()
+        if not keys and not self._device_panels and self.state.run_dir is not None:
+            if not container.query("#no-devices"):
+                reasons = self.state.environment.get("device_unavailable") or "no GPU telemetry source opened"
+                note = Static(Content.styled(f"No GPU telemetry: {reasons}", "dim"), id="no-devices", classes="box")
+                note.border_title = "GPUs"
+                container.mount(note)
+            return
+        for key in keys:
+            if key in self._device_panels:
+                continue
+            for old in container.query("#no-devices"):
+                old.remove()
+            panel = GaugePanel(self.state, lambda key=key: device_rows(self.state, key, self.wide, with_power=True),
+                               extra=lambda width, key=key: self._process_lines(key, width),
+                               id=f"dev-{key}", classes="box device")
+            names = self.state.environment.get("device_names") or {}
+            panel.border_title = f"{key} {names.get(key, '')}".strip()
+            self._device_panels[key] = panel
+            container.mount(panel)
+
+    def _process_lines(self, key: str, width: int) -> list[Content]:
+        procs = [p for p in (getattr(self.monitor, "processes_now", None) or []) if p.get("device") == key]
+        if not procs:
+            return [Content.styled("no processes", "dim")]
+        lines = []
+        for p in procs[:4]:
+            name = p.get("name") or "?"
+            used = p.get("used_memory_bytes")
+            text = f"pid {p.get('pid')} {name} {fmt_bytes(used) if used is not None else ''}".rstrip()
+            lines.append(Content(text[:width]))
+        if len(procs) > 4:
+            lines.append(Content.styled(f"+{len(procs) - 4} more", "dim"))
+        return lines
+
+    # -- texts -------------------------------------------------------------------------------------
+    def _header_lines(self) -> list[str]:
+        st = self.state
+        s, env = st.settings, st.environment
+        if st.run_dir is None:
+            return ["starting…", ""]
+        if self.mode == "monitor":
+            names = env.get("device_names") or {}
+            kinds = sorted(set(names.values()))
+            devs = f"{len(names)} × {', '.join(kinds)}" if names else "no GPU (host telemetry only)"
+            rate = s.get("rate_hz")
+            return [f"monitor · {devs}" + (f" · {rate:g} Hz" if rate else ""), f"recording to {st.run_dir}"]
+        params = s.get("params")
+        model = f"{s.get('model', '?')}"
+        if s.get("layers"):
+            model += f" ({s['layers']} layers" + (f", {params / 1e6:,.1f} M params)" if params else ")")
+        probes = ",".join(s.get("probes") or [])
+        line1 = " · ".join(x for x in (
+            ("following " if self.mode == "follow" else "") + (st.command or "diagnose"), model,
+            f"seq {s['seq_len']}" if s.get("seq_len") else "", s.get("dtype", ""), s.get("optimizer", ""),
+            f"probes {probes}" if probes else "") if x)
+        mem = env.get("total_memory_bytes")
+        device = f"{env.get('device_kind', '?')}: {env.get('device_name', '?')}" + (
+            f" ({fmt_bytes(mem)})" if mem else "")
+        versions = " ".join(f"{k} {env[k]}" for k in ("torch", "runtime") if env.get(k))
+        line2 = " · ".join(x for x in (device, versions, f"run {st.run_dir}") if x)
+        return [line1, line2]
+
+    def _status(self) -> tuple[str, str]:
+        st = self.state
+        if st.failure:
+            return f"failed: {st.failure} — press q to quit", "bold $text-error"
+        if st.finished is not None:
+            f = st.finished
+            where = f.report_path or f.run_dir
+            if f.error:
+                return f"the run failed ({f.error}) · report: {where} — press q to quit", "bold $text-error"
+            if f.interrupted:
+                return f"interrupted · partial report: {where} — press q to quit", "bold $text-warning"
+            return f"report: {where} — press q to quit", "bold $text-success"
+        if st.stopping:
+            return ("stopping: finishing the current step, then writing the run directory and report…",
+                    "bold $text-warning")
+        if st.run_dir is None:
+            return "starting…", "dim"
+        elapsed = fmt_seconds(st.elapsed_s())
+        if self.mode == "follow":
+            return f"following {st.run_dir} · {elapsed} · q to quit (the run goes on)", ""
+        if self.mode == "monitor":
+            return f"monitoring · {elapsed} · q to stop and record to {st.run_dir}", ""
+        return f"running · {elapsed} · q to stop (the partial run directory and report are kept)", ""
+
+    # -- actions -----------------------------------------------------------------------------------
+    def action_request_quit(self) -> None:
+        if self.source.done.is_set() or not self.source.waits_on_stop:
+            self.source.request_stop()
+            self.exit()
+            return
+        if not self.state.stopping:
+            self.state.stopping = True
+            self.state.add_log("stopping: the current step finishes, then the run directory and report are "
+                               "written", "warning")
+            self.source.request_stop()
+            self._update({"status", "log"})
+        else:
+            self.notify("Still stopping: waiting for the current step to end.", timeout=3)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Hide the keys of panels this screen does not have (the monitor has no table)."""
+        if action == "focus_panel" and parameters:
+            return bool(self.screen.query(f"#{parameters[0]}"))
+        return True
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen("monitor" if self.mode == "monitor" else "diagnose"))
+
+    def action_focus_panel(self, panel_id: str) -> None:
+        for w in self.query(f"#{panel_id}"):
+            w.focus()
+
+    def action_toggle_theme(self) -> None:
+        self.theme = "textual-dark" if self.theme == "textual-light" else "textual-light"
+
+    def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        if isinstance(event.option_list, VerdictList):
+            self._show_detail(event.option_list)
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        if isinstance(event.option_list, VerdictList):
+            v = event.option_list.selected_verdict()
+            if v is not None:
+                self.push_screen(VerdictScreen(v))
+
+    def _show_detail(self, verdicts: VerdictList) -> None:
+        for d in self.query(VerdictDetail):
+            d.show(verdicts.selected_verdict())

@@ -1,0 +1,280 @@
+"""The dashboard's widgets. Each renders from the shared DashboardState; none keeps its own copy
+of the numbers, so a widget created late (a resize, a new screen) shows everything so far."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from rich.style import Style
+from rich.text import Text
+from textual.content import Content
+from textual.widget import Widget
+from textual.widgets import DataTable, OptionList, RichLog
+from textual.widgets.option_list import Option
+
+from gcdoctor.engine import Evidence
+from gcdoctor.tui.gauges import GaugeRow
+from gcdoctor.tui.render import bar, fmt_cell, fmt_ms, fmt_seconds, sparkline
+from gcdoctor.tui.state import DashboardState, LogLine, VerdictEntry
+
+SEVERITY_STYLE = {"critical": "bold $text-error", "warning": "bold $text-warning", "info": "$text-primary",
+                  "ok": "$text-success", "inconclusive": "dim"}
+SEVERITY_ICON = {"critical": "✖", "warning": "▲", "info": "●", "ok": "✔", "inconclusive": "?"}
+LOG_STYLE = {"warning": "text-warning", "error": "text-error"}
+
+
+def _fit(text: str, width: int) -> str:
+    """Cut `text` to `width` cells with an ellipsis (all our texts are single-width characters)."""
+    return text if len(text) <= width else (text[: max(0, width - 1)] + "…" if width > 0 else "")
+
+
+class GaugePanel(Widget):
+    """Rows of label, fixed-scale sparkline (one cell per second) and current value."""
+
+    DEFAULT_CSS = "GaugePanel { height: auto; }"
+
+    def __init__(self, state: DashboardState, rows: Callable[[], list[GaugeRow]],
+                 extra: Callable[[int], list[Content]] | None = None, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.state = state
+        self.rows = rows
+        self.extra = extra  # more lines under the gauges (the processes of a GPU)
+
+    def render(self) -> Content:
+        width = max(20, self.content_size.width or self.size.width or 40)
+        rows = self.rows()
+        label_w = max(len(r.label) for r in rows) if rows else 8
+        value_w = min(16, max([len(r.value) for r in rows if r.series] + [4]))
+        spark_w = max(4, width - label_w - value_w - 2)
+        lines: list[Content] = []
+        for r in rows:
+            label = (r.label.ljust(label_w), "bold")
+            if r.series is None:
+                note = f"unavailable ({r.note})" if r.note else "unavailable"
+                lines.append(Content.assemble(label, " ", (_fit(note, width - label_w - 1), "dim")))
+                continue
+            cols = self.state.telemetry.columns(r.series, spark_w)
+            lines.append(Content.assemble(label, " ", (sparkline(cols, spark_w, r.top), "$text-primary"), " ",
+                                          r.value.rjust(value_w)))
+        if self.extra is not None:
+            lines += self.extra(width)
+        return Content("\n").join(lines)
+
+
+class HeaderBar(Widget):
+    """What is measured, on what: the device, the model and the settings."""
+
+    DEFAULT_CSS = "HeaderBar { height: auto; padding: 0 1; background: $panel; }"
+
+    def __init__(self, state: DashboardState, lines: Callable[[], list[str]], **kw: Any) -> None:
+        super().__init__(**kw)
+        self.state = state
+        self.lines = lines
+
+    def render(self) -> Content:
+        width = max(10, self.content_size.width or 80)
+        lines = self.lines()
+        first = Content.assemble(("gcdoctor ", "bold $text-primary"), _fit(lines[0], width - 9))
+        rest = [Content(_fit(x, width)) for x in lines[1:]]
+        return Content("\n").join([first, *rest])
+
+
+class StatusBar(Widget):
+    """One line: running / stopping / where the report is."""
+
+    DEFAULT_CSS = "StatusBar { height: 1; padding: 0 1; background: $boost; }"
+
+    def __init__(self, state: DashboardState, text: Callable[[], tuple[str, str]], **kw: Any) -> None:
+        super().__init__(**kw)
+        self.state = state
+        self.text = text
+
+    def render(self) -> Content:
+        text, style = self.text()
+        return Content.assemble((_fit(text, max(10, self.content_size.width or 80)), style))
+
+
+class ProbePanel(Widget):
+    """The probe in progress: variant, batch, step, a progress bar and the time left."""
+
+    DEFAULT_CSS = "ProbePanel { height: auto; }"
+
+    def __init__(self, state: DashboardState, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.state = state
+
+    def render(self) -> Content:
+        width = max(20, self.content_size.width or 36)
+        st = self.state
+        p = st.probe
+        if p is None:
+            if st.finished is not None:
+                fired = sum(1 for e in st.verdicts.values() if e.verdict.get("status") == "fired")
+                head = "stopped" if st.finished.interrupted else "finished"
+                lines = [Content.assemble((head, "bold"), f": {len(st.rows)} measurements, {fired} findings")]
+            elif st.run_dir is None:
+                lines = [Content.styled("waiting for the run to start…", "dim")]
+            else:
+                done = [f.probe for f in st.probes_finished]
+                lines = [Content.styled("between probes" + (f" (done: {', '.join(done)})" if done else "…"), "dim")]
+            return Content("\n").join(lines)
+        pos = st.probe_position()
+        title = p.name + (f"  probe {pos[0]}/{pos[1]}" if pos else "")
+        lines = [Content.assemble((title, "bold"), (_fit(f"  {p.description}", width - len(title)), "dim"))]
+        what = " · ".join(x for x in (p.variant, f"batch {p.batch_size}" if p.batch_size else "", p.message) if x)
+        lines.append(Content(_fit(what or "preparing…", width)))
+        n = len(p.point_steps_ms)
+        if n:
+            total = f"/{p.steps_per_point}" if p.steps_per_point else ""
+            lines.append(Content(_fit(f"step {n}{total} ({p.phase}) · {fmt_ms(p.step_ms())} per step", width)))
+        else:
+            lines.append(Content.styled("building the model and the first step…", "dim"))
+        frac = p.plan_fraction()
+        scope = "of the plan" if frac is not None else "of this point"
+        frac = frac if frac is not None else p.point_fraction()
+        pct = f" {100 * frac:3.0f}% {scope}" if frac is not None else " searching"
+        bar_w = max(4, width - len(pct))
+        lines.append(Content.assemble((bar(frac, bar_w), "$text-primary"), pct))
+        eta_point, eta_plan = p.point_eta_s(), p.plan_eta_s()
+        if eta_plan is not None:
+            eta = f"≈ {fmt_seconds(eta_plan)} left in this probe"
+        elif eta_point is not None:
+            eta = f"≈ {fmt_seconds(eta_point)} left in this point · {p.points_done} points done"
+        else:
+            eta = f"{p.points_done} points done"
+        lines.append(Content.styled(_fit(eta, width), "dim"))
+        return Content("\n").join(lines)
+
+
+TABLE_COLUMNS = [("variant", "variant"), ("batch", "batch"), ("step_ms", "step ms"),
+                 ("peak_gib", "peak GiB"), ("tokens_per_s", "tok/s"), ("mfu_pct", "MFU %")]
+
+
+class MeasurementsTable(DataTable):
+    """One row per measured point (the session's `measurement_row`); out-of-memory rows say so."""
+
+    def __init__(self, state: DashboardState, **kw: Any) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kw)
+        self.state = state
+        self.shown = 0
+
+    def on_mount(self) -> None:
+        for key, label in TABLE_COLUMNS:
+            self.add_column(label, key=key)
+        self.sync()
+
+    def sync(self) -> None:
+        rows = self.state.rows
+        first_probe = rows[0][0] if rows else ""
+        for probe, row in rows[self.shown:]:
+            oom = row.get("fits") is False
+            variant = str(row.get("variant", "")) if probe == first_probe else f"{probe}:{row.get('variant', '')}"
+            cells = [variant] + [fmt_cell(row.get(k)) for k, _ in TABLE_COLUMNS[1:]]
+            if oom:  # no step time or peak to show: say why in their place
+                cells[2], cells[3] = "OOM", str(row.get("oom_phase") or "")
+            self.add_row(*[Content.styled(str(c), "bold $text-error") if oom else c for c in cells])
+        if len(rows) > self.shown:
+            self.shown = len(rows)
+            self.move_cursor(row=self.row_count - 1)
+
+
+def verdict_prompt(entry: VerdictEntry) -> Content:
+    v = entry.verdict
+    sev = v.get("severity", "")
+    return Content.assemble((f"{SEVERITY_ICON.get(sev, ' ')} {v.get('code', '')}", SEVERITY_STYLE.get(sev, "")),
+                            " ", v.get("headline", ""))
+
+
+class VerdictList(OptionList):
+    """Verdicts as they are issued, most severe first; Enter opens one."""
+
+    def __init__(self, state: DashboardState, placeholder: str = "No verdicts yet: they appear as each probe "
+                 "finishes.", **kw: Any) -> None:
+        super().__init__(**kw)
+        self.state = state
+        self.placeholder = placeholder
+        self.keys: list[tuple[str, str]] = []
+
+    def on_mount(self) -> None:
+        self.sync()
+
+    def sync(self) -> None:
+        entries = self.state.sorted_verdicts()
+        current = self.keys[self.highlighted] if self.highlighted is not None and self.highlighted < len(
+            self.keys) else None
+        self.clear_options()
+        self.keys = [e.key for e in entries]
+        self.add_options([Option(verdict_prompt(e), id=f"{e.key[0]}|{e.key[1]}") for e in entries])
+        if not entries:
+            self.add_option(Option(Content.styled(self.placeholder, "dim"), disabled=True))
+        else:
+            self.highlighted = self.keys.index(current) if current in self.keys else 0
+
+    def selected_verdict(self) -> dict[str, Any] | None:
+        if self.highlighted is None or self.highlighted >= len(self.keys):
+            return None
+        entry = self.state.verdicts.get(self.keys[self.highlighted])
+        return entry.verdict if entry else None
+
+
+def verdict_detail(v: dict[str, Any] | None) -> Content:
+    """A verdict in full: headline, evidence with units, why, and what to do."""
+    if v is None:
+        return Content.styled("No verdict yet. Verdicts appear here as the rules judge each probe's facts.", "dim")
+    sev = v.get("severity", "")
+    subject = f" · {v['subject']}" if v.get("subject") else ""
+    parts = [Content.assemble((f"{SEVERITY_ICON.get(sev, '')} {v.get('code', '')} {v.get('slug', '')}",
+                               SEVERITY_STYLE.get(sev, "")), f" · {sev}{subject}"),
+             Content.styled(v.get("headline", ""), "bold")]
+    evidence = v.get("evidence") or []
+    if evidence:
+        parts.append(Content.styled("\nEvidence", "bold underline"))
+        for e in evidence:
+            parts.append(Content("  " + Evidence(e.get("label", ""), e.get("value"), e.get("unit", "")).text()))
+    if v.get("explanation"):
+        parts += [Content.styled("\nWhy", "bold underline"), Content(v["explanation"])]
+    if v.get("recommendation"):
+        parts += [Content.styled("\nWhat to do", "bold underline"), Content(v["recommendation"])]
+    return Content("\n").join(parts)
+
+
+class VerdictDetail(Widget):
+    """The highlighted verdict in full (wide screens; Enter opens it on any screen)."""
+
+    DEFAULT_CSS = "VerdictDetail { height: auto; }"
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.verdict: dict[str, Any] | None = None
+
+    def show(self, verdict: dict[str, Any] | None) -> None:
+        self.verdict = verdict
+        self.refresh(layout=True)
+
+    def render(self) -> Content:
+        return verdict_detail(self.verdict)
+
+
+class LogPane(RichLog):
+    """Log lines of the run; warnings and errors in the theme's warning and error colours."""
+
+    def __init__(self, state: DashboardState, **kw: Any) -> None:
+        super().__init__(max_lines=1000, min_width=20, wrap=True, markup=False, **kw)
+        self.state = state
+        self.written = 0
+
+    def sync(self) -> None:
+        new = self.state.log_total - self.written
+        if new <= 0:
+            return
+        lines = list(self.state.log)[-min(new, len(self.state.log)):]
+        variables = self.app.get_css_variables()
+        for line in lines:
+            self.write(self._text(line, variables))
+        self.written = self.state.log_total
+
+    @staticmethod
+    def _text(line: LogLine, variables: dict[str, str]) -> Text:
+        var = LOG_STYLE.get(line.level)
+        prefix = {"warning": "warning: ", "error": "error: "}.get(line.level, "")
+        style = Style(color=variables[var]) if var and variables.get(var, "").startswith("#") else Style()
+        return Text(prefix + line.text, style=style)
