@@ -105,7 +105,7 @@ class ProbeContext:
         steps = cfg.measure_steps if steps is None else steps
         m = Measurement(probe=probe, variant=variant, batch_size=batch_size, seq_len=self.seq_len)
         free_memory(b)
-        baseline = b.memory_allocated()
+        baseline = m.allocated_before_bytes = b.memory_allocated()
         records: list[StepRecord] = []
         step: TrainingStep | None = None
         oom: BaseException | None = None
@@ -311,7 +311,8 @@ class Session:
         self.bus.emit(RunStarted(str(self.rundir.path), self.config.command, {
             "model": s.name, "layers": s.n_layers, "params": s.param_count(), "seq_len": self.resolved.seq_len,
             "dtype": self.resolved.dtype, "optimizer": self.config.optimizer,
-            "probes": [p.name for p in self.probes]}, self.facts.environment.__dict__))
+            "probes": [p.name for p in self.probes], "warmup_steps": self.config.warmup_steps,
+            "measure_steps": self.config.measure_steps}, self.facts.environment.__dict__))
         interrupted, error = False, None
         ctx = ProbeContext(self)
         with self.backend.tracking():

@@ -78,6 +78,11 @@ class CpuBackend(Backend):
     def __init__(self, index: int = 0) -> None:
         super().__init__(0)
         self.counter = StorageCounter()
+        self._user_limit: int | None = None
+        # A safety net, not a setting: an absurd batch must end as a clean OOM result, not by
+        # swapping the machine to death or the kernel's OOM killer.
+        import psutil
+        self.counter.limit = int(0.5 * psutil.virtual_memory().available)
 
     @contextlib.contextmanager
     def tracking(self, *tensors_alive: torch.Tensor):
@@ -101,10 +106,13 @@ class CpuBackend(Backend):
         return self.counter.peak
 
     def set_memory_limit(self, limit_bytes: int | None) -> None:
-        self.counter.limit = limit_bytes
+        self._user_limit = limit_bytes
+        if limit_bytes is not None:
+            self.counter.limit = limit_bytes
 
     def memory_limit(self) -> int | None:
-        return self.counter.limit
+        return self._user_limit
 
     def total_memory(self) -> int | None:
-        return self.counter.limit
+        """The injected limit plays the device's memory; without one the CPU has no such wall."""
+        return self._user_limit

@@ -30,7 +30,8 @@ class Measurement:
     peak_reserved_bytes: int | None = None
     peak_fwd_bwd_allocated_bytes: int | None = None
     peak_optimizer_allocated_bytes: int | None = None
-    baseline_allocated_bytes: int | None = None  # before the forward: params + optimizer states
+    allocated_before_bytes: int | None = None  # before this measurement built its step: the model alone
+    baseline_allocated_bytes: int | None = None  # before the forward: params + optimizer states + inputs
     activation_after_forward_bytes: int | None = None  # allocated after forward+loss minus baseline
     param_bytes: int | None = None
     grad_bytes: int | None = None
