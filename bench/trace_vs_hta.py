@@ -8,7 +8,8 @@ the other, `--repeat` times (median reported):
   gcdoctor label).
 - HTA (PyPI `traceinsight`, module `hta`): `TraceAnalysis` load of the single-rank trace, then
   `get_idle_time_breakdown` and `get_cuda_kernel_launch_stats` (visualize=False). The file is
-  given as {rank 0: path}, HTA's fastest path (no directory scan for rank metadata).
+  given as {rank 0: path}, HTA's fastest path (no directory scan for rank metadata), and the last
+  profiler step is kept (include_last_profiler_step=True) so both tools analyse the same events.
 Wall time is measured by the parent from spawn to exit; peak memory is the child's own
 ru_maxrss from os.wait4. `--hta-path` is prepended to HTA's PYTHONPATH (HTA installed with
 `pip install --no-deps --target DIR`). Targets (issue 3): gcdoctor >= 5x faster, <= 0.5x memory.
@@ -32,6 +33,7 @@ GCDOCTOR_WORKER = r"""
 import json, sys, time
 t0 = time.perf_counter()
 from gcdoctor.trace import compute_metrics, load_trace
+from gcdoctor.trace import load as _load
 t1 = time.perf_counter()
 tables = load_trace(sys.argv[1])
 t2 = time.perf_counter()
@@ -42,7 +44,8 @@ json.dump({"import_s": t1 - t0, "load_s": t2 - t1, "analysis_s": t3 - t2, "windo
            "events": tables.event_count, "device_ops": len(tables.ops), "kernels": a.kernel_count,
            "idle_us": a.idle_us, "idle_host_wait_us": a.idle_host_wait_us,
            "idle_short_gap_us": a.idle_short_gap_us, "idle_other_us": a.idle_other_us,
-           "launched_kernels": a.launched_kernel_count}, sys.stdout)
+           "launched_kernels": a.launched_kernel_count,
+           "decoder": "msgspec " + _load.msgspec.__version__ if _load.msgspec else "json (stdlib)"}, sys.stdout)
 """
 
 HTA_WORKER = r"""
@@ -52,7 +55,7 @@ from hta.trace_analysis import TraceAnalysis
 logging.getLogger("hta").setLevel(logging.ERROR)
 t1 = time.perf_counter()
 path = os.path.abspath(sys.argv[1])
-ta = TraceAnalysis(trace_files={0: path}, trace_dir=os.path.dirname(path))
+ta = TraceAnalysis(trace_files={0: path}, trace_dir=os.path.dirname(path), include_last_profiler_step=True)
 t2 = time.perf_counter()
 idle, _ = ta.get_idle_time_breakdown(visualize=False)
 launch = ta.get_cuda_kernel_launch_stats(visualize=False)
@@ -102,7 +105,8 @@ def summarize(runs: list[dict]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace", type=Path, help="a torch.profiler trace, .json or .json.gz")
-    ap.add_argument("--out", type=Path, help="write the results as JSON here")
+    ap.add_argument("--out", type=Path, help="write the results as JSON: a .json file, or a directory "
+                                             "(trace_vs_hta.json inside)")
     ap.add_argument("--hta-path", help="directory to prepend to PYTHONPATH for HTA")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each tool (median reported)")
     ap.add_argument("--skip-hta", action="store_true", help="time gcdoctor only")
@@ -137,7 +141,8 @@ def main() -> None:
         result["meets_target"] = result["speedup"] >= 5.0 and result["memory_ratio"] <= 0.5
 
     print(f"trace {a.trace} ({result['trace_bytes'] / 1e6:,.1f} MB on disk, {result['events']:,} events, "
-          f"{result['device_ops']:,} device ops), {a.repeat} run(s) each, median")
+          f"{result['device_ops']:,} device ops), {a.repeat} run(s) each, median; gcdoctor decoder: "
+          f"{gc_runs[0]['decoder']}")
     print(f"{'tool':10} {'wall s':>8} {'cpu s':>8} {'peak MiB':>9} {'import s':>9} {'load s':>8} {'analysis s':>10}")
     for name, r in (("gcdoctor", gc), ("HTA", hta)):
         if r:
@@ -151,9 +156,10 @@ def main() -> None:
               f"(union of streams); HTA {hta_runs[0]['launch_stats_rows']:,} launch-stat rows, idle per stream "
               f"{ {k: round(v / 1e3, 1) for k, v in hta_runs[0]['idle_us_by_category'].items()} } ms")
     if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps(result, indent=1))
-        print(f"wrote {a.out}")
+        out = a.out if a.out.suffix == ".json" else a.out / "trace_vs_hta.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=1))
+        print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -392,25 +392,34 @@ class _Builder:
     def add(self, events: list, exact: bool) -> None:
         """Table one decoded chunk. Raises _NeedExact (and keeps nothing) when a float timestamp
         is too large to hold nanoseconds; the caller then decodes the chunk with Decimals."""
-        buckets: list[list] = [[], [], [], [], []]
-        skipped: Counter = Counter()
-        cats = self.cats
+        by_cat: dict[Any, list] = {}
         for e in events:
             if e.ph == "X":
-                c = e.cat
-                k = cats.get(c)
-                if k is None:
-                    k = cats[c] = _classify(c)
-                if k[0] >= 0:
-                    buckets[k[0]].append(e)
-                else:
-                    skipped[c] += 1
+                lst = by_cat.get(e.cat)
+                if lst is None:
+                    lst = by_cat[e.cat] = []
+                lst.append(e)
+        buckets: list[list] = [[], [], [], [], []]
+        kinds: list[list[np.ndarray]] = [[], [], [], [], []]  # detail per event, per bucket
+        skipped: Counter = Counter()
+        rt_cats: Counter = Counter()
+        for c, lst in by_cat.items():
+            k = self.cats.get(c)
+            if k is None:
+                k = self.cats[c] = _classify(c)
+            if k[0] < 0:
+                skipped[c] += len(lst)
+                continue
+            buckets[k[0]].extend(lst)
+            kinds[k[0]].append(np.full(len(lst), k[1], dtype=np.int8))
+            if k[0] == _RT:
+                rt_cats[c] += len(lst)
         dev, rt, cpu, ann, gann = buckets
         staged: list[tuple[str, dict[str, np.ndarray]]] = []
         if dev:
             args = [e.args for e in dev]
             staged.append(("dev", dict(
-                kind=np.array([cats[e.cat][1] for e in dev], dtype=np.int8),
+                kind=np.concatenate(kinds[_DEV]),
                 start_ns=_ns([e.ts for e in dev], exact), dur_ns=_ns([e.dur for e in dev], False),
                 device=self._ints([e.pid for e in dev]),
                 stream=self._ints([a.stream if a is not None and a.stream is not None else e.tid
@@ -427,7 +436,7 @@ class _Builder:
                 correlation=np.array([e.args.correlation if e.args is not None and e.args.correlation is not None
                                       else -1 for e in rt], dtype=np.int64),
                 name_id=self._intern([e.name for e in rt]),
-                driver=np.array([cats[e.cat][1] == 1 for e in rt], dtype=np.bool_))))
+                driver=np.concatenate(kinds[_RT]) == 1)))
         if cpu:
             staged.append(("cpu", dict(
                 start_ns=_ns([e.ts for e in cpu], exact), dur_ns=_ns([e.dur for e in cpu], False),
@@ -443,8 +452,7 @@ class _Builder:
             self._put(table, **cols)
         self.event_count += len(events)
         self.skipped.update(skipped)
-        if rt:
-            self.runtime_cats.update(Counter(e.cat for e in rt))
+        self.runtime_cats.update(rt_cats)
 
     def _cat(self, table: str, cls: type) -> Any:
         cols = self.cols[table]

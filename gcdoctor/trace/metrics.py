@@ -177,9 +177,7 @@ def _host_metrics(m: TraceMetrics, h: _HostView, w: Window) -> None:
 
 def available_windows(tables: TraceTables) -> list[str]:
     """Names of the windows compute_metrics can report for this trace."""
-    dev = primary_device(tables)
-    mask = tables.ops.device == dev if dev is not None else np.zeros(len(tables.ops), dtype=bool)
-    return [w.name for w in find_windows(tables, mask)]
+    return [w.name for w in find_windows(tables, primary_device(tables))]
 
 
 def compute_metrics(tables: TraceTables, windows: Iterable[str] | None = None, *,
@@ -189,8 +187,7 @@ def compute_metrics(tables: TraceTables, windows: Iterable[str] | None = None, *
     names ("steps" stands for every step window); unknown names are ignored."""
     t = tables
     dev = primary_device(t)
-    mask = t.ops.device == dev if dev is not None else np.zeros(len(t.ops), dtype=bool)
-    found = find_windows(t, mask)
+    found = find_windows(t, dev)
     recompute = next((w for w in found if w.name == "recompute"), None)
     if windows is not None:
         want = set(windows)

@@ -38,38 +38,46 @@ def _empty() -> np.ndarray:
     return np.zeros(0, dtype=np.int64)
 
 
-def _device_spans(r0: np.ndarray, r1: np.ndarray, launch_ts: np.ndarray, op_s: np.ndarray,
-                  op_e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each disjoint sorted CPU interval, [first start, last end] of the ops whose launch call
-    started inside it; intervals without ops are dropped. Result merged into disjoint intervals."""
-    if not len(r0) or not len(launch_ts):
-        return _empty(), _empty()
-    k = np.searchsorted(r0, launch_ts, side="right") - 1
-    kc = np.maximum(k, 0)
-    hit = (k >= 0) & (launch_ts < r1[kc])
-    if not hit.any():
-        return _empty(), _empty()
-    k, s, e = k[hit], op_s[hit], op_e[hit]
-    lo = np.full(len(r0), iv.POS, dtype=np.int64)
-    hi = np.full(len(r0), iv.NEG, dtype=np.int64)
-    np.minimum.at(lo, k, s)
-    np.maximum.at(hi, k, e)
-    used = hi > iv.NEG
-    return iv.merge(lo[used], hi[used])
+class _LaunchIndex:
+    """Joined ops sorted by the start of their launch call, to find the ops launched inside any
+    set of CPU intervals with two binary searches per interval."""
+
+    def __init__(self, launch_ts: np.ndarray, op_s: np.ndarray, op_e: np.ndarray):
+        order = np.argsort(launch_ts, kind="stable")
+        self.launch = launch_ts[order]
+        self.s = np.append(op_s[order], 0)  # a sentinel keeps reduceat's indices in range
+        self.e = np.append(op_e[order], 0)
+
+    def spans(self, r0: np.ndarray, r1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each sorted disjoint CPU interval, [first start, last end] of the ops launched
+        inside it (intervals without ops dropped), merged into disjoint device intervals."""
+        if not len(r0) or not len(self.launch):
+            return _empty(), _empty()
+        lo = np.searchsorted(self.launch, r0, side="left")
+        hi = np.searchsorted(self.launch, r1, side="left")
+        keep = hi > lo
+        if not keep.any():
+            return _empty(), _empty()
+        idx = np.stack([lo[keep], hi[keep]], axis=1).ravel()
+        first = np.minimum.reduceat(self.s, idx)[::2]
+        last = np.maximum.reduceat(self.e, idx)[::2]
+        return iv.merge(first, last)
 
 
 class WindowFinder:
     """Locates the windows of one trace for one device."""
 
-    def __init__(self, t: TraceTables, op_mask: np.ndarray):
+    def __init__(self, t: TraceTables, device: int | None):
         self.t = t
         ops = t.ops
+        op_mask = ops.device == device
+        self.device = device
         self.op_s = ops.start_ns[op_mask]
         self.op_e = (ops.start_ns + ops.dur_ns)[op_mask]
         launch = ops.launch[op_mask]
         joined = launch >= 0
-        self.launch_ts = t.runtime.start_ns[launch[joined]] if len(t.runtime) else _empty()
-        self.j_s, self.j_e = self.op_s[joined], self.op_e[joined]
+        launch_ts = t.runtime.start_ns[launch[joined]] if len(t.runtime) else _empty()
+        self.launches = _LaunchIndex(launch_ts, self.op_s[joined], self.op_e[joined])
         rng = t.ranges
         names = np.asarray(t.names, dtype=object)
         self.range_names = names[rng.name_id] if len(rng) else np.zeros(0, dtype=object)
@@ -77,7 +85,7 @@ class WindowFinder:
         self.cpu_names = names[cpu.name_id] if len(cpu) else np.zeros(0, dtype=object)
 
     def _by_correlation(self, r0: np.ndarray, r1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return _device_spans(r0, r1, self.launch_ts, self.j_s, self.j_e)
+        return self.launches.spans(r0, r1)
 
     def whole(self) -> Window:
         span = self.t.span_ns()
@@ -122,6 +130,8 @@ class WindowFinder:
                 if not base:
                     continue
                 g = groups.setdefault(base, {"plain_cpu": [], "idx_cpu": [], "plain_dev": [], "idx_dev": []})
+                if rng.on_device[i] and rng.pid[i] != self.device:
+                    continue  # another device's annotation
                 side = "dev" if rng.on_device[i] else "cpu"
                 g[("idx_" if len(parts) > 1 else "plain_") + side].append(i)
         out = []
@@ -152,6 +162,7 @@ class WindowFinder:
         return Window(name, source, h0, h1, d0, d1, len(ci) if len(ci) else len(dev_idx))
 
 
-def find_windows(t: TraceTables, op_mask: np.ndarray) -> list[Window]:
-    f = WindowFinder(t, op_mask)
+def find_windows(t: TraceTables, device: int | None) -> list[Window]:
+    """The windows of a trace, with device intervals of `device` (None: CPU-only)."""
+    f = WindowFinder(t, device)
     return [f.whole(), *f.steps(), *f.labels()]
