@@ -61,6 +61,10 @@ def test_device_ops_are_joined_to_their_launch_call_by_correlation(handmade):
     assert handmade.names[rt.name_id[ops.launch[memcpy]]] == "cudaMemcpyAsync"
 
 
+def test_profiler_steps_are_found_by_name(handmade):
+    assert handmade.profiler_steps() == {5: (BASE_US * 1000, (BASE_US + 200) * 1000)}
+
+
 def test_copies_carry_bytes_direction_and_host_memory_kind(handmade):
     ops = handmade.ops
     cp = int(np.flatnonzero(ops.kind == MEMCPY)[0])
@@ -143,6 +147,22 @@ def test_runtime_categories_of_other_backends_are_recognised(tmp_path):
     assert t.device_kind == "musa"
     assert len(t.runtime) == 2 and t.runtime.driver.tolist() == [False, True]
     assert t.ops.launch.tolist() == [0]
+
+
+@pytest.mark.parametrize("decoder", ["msgspec", "json"])
+def test_events_with_unexpected_types_are_skipped_not_fatal(tmp_path, decoder):
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "no time", "ts": "soon", "dur": 1.0, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "odd ids", "ts": 5.25, "dur": 1.0, "pid": 1.5, "tid": "main"},
+        {"ph": "X", "cat": "cpu_op", "name": "plain", "ts": 7.0, "dur": 2.0, "pid": 1, "tid": 1},
+        [1, 2],
+    ]
+    p = tmp_path / "odd.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    t = load_trace(p, decoder=decoder)
+    assert [t.names[i] for i in t.cpu_ops.name_id] == ["odd ids", "plain"]
+    assert t.cpu_ops.start_ns.tolist() == [5250, 7000]
+    assert t.cpu_ops.tid.tolist() == [-1, 1]  # a string thread id gets a stable negative id
 
 
 def test_cpu_only_trace_has_no_device_tables():

@@ -206,9 +206,8 @@ if msgspec is not None:
 def _make_msgspec_decoders() -> tuple[Callable[[bytes], list], Callable[[bytes], list]] | None:
     if msgspec is None:
         return None
-    Event, ExactEvent = _MEvent, _MExactEvent
-    fast = msgspec.json.Decoder(list[Event])
-    exact = msgspec.json.Decoder(list[ExactEvent])
+    fast = msgspec.json.Decoder(list[_MEvent])
+    exact = msgspec.json.Decoder(list[_MExactEvent])
     generic = msgspec.json.Decoder()
     exact_generic = msgspec.json.Decoder(float_hook=Decimal)
 
@@ -217,7 +216,7 @@ def _make_msgspec_decoders() -> tuple[Callable[[bytes], list], Callable[[bytes],
             try:
                 try:
                     return typed.decode(text)
-                except msgspec.ValidationError:  # an unexpected type somewhere: decode leniently
+                except msgspec.ValidationError:  # (a DecodeError) an unexpected type: decode leniently
                     return _events_from_dicts(untyped.decode(text))
             except msgspec.DecodeError as exc:
                 raise _classify_msgspec_error(str(exc), text) from None

@@ -5,6 +5,7 @@ MB of arrays. Names are stored once in `TraceTables.names` and referenced by `na
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ COPY_DIRECTIONS = ("HtoD", "DtoH", "DtoD", "PtoP", "HtoH", "other")
 HOST_MEM_NONE, HOST_MEM_PAGEABLE, HOST_MEM_PINNED, HOST_MEM_OTHER = 0, 1, 2, 3
 
 _I64 = np.int64
+_STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 
 
 def _empty(dtype: Any = _I64) -> np.ndarray:
@@ -139,6 +141,22 @@ class TraceTables:
 
     def name(self, name_id: int) -> str:
         return self.names[name_id]
+
+    def profiler_steps(self) -> dict[int, tuple[int, int]]:
+        """{step number: (start_ns, end_ns)} of the `ProfilerStep#<n>` ranges (user_annotation;
+        cpu_op in older torch releases). The first range of a number wins."""
+        found: dict[int, tuple[int, int]] = {}
+        for tab, mask in ((self.ranges, ~self.ranges.on_device), (self.cpu_ops, None)):
+            if not len(tab):
+                continue
+            ids = [i for i, n in enumerate(self.names) if n.startswith("ProfilerStep#") and _STEP_NAME.match(n)]
+            rows = np.flatnonzero(np.isin(tab.name_id, ids) & (mask if mask is not None else True))
+            for r in rows.tolist():
+                n = int(self.names[tab.name_id[r]].split("#")[1])
+                found.setdefault(n, (int(tab.start_ns[r]), int(tab.start_ns[r] + tab.dur_ns[r])))
+            if found:
+                break
+        return dict(sorted(found.items()))
 
     def span_ns(self) -> tuple[int, int] | None:
         """First start and last end over all tabled events, or None for an empty trace."""

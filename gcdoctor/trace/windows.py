@@ -17,7 +17,6 @@ from gcdoctor.trace import intervals as iv
 from gcdoctor.trace.tables import TraceTables
 
 LABEL_PREFIX = "gcdoctor/"
-STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 TORCH_OPTIMIZER = re.compile(r"^Optimizer\.step#")
 # label windows first in this order, then the rest alphabetically
 LABEL_ORDER = ("forward", "loss", "backward", "recompute", "optimizer")
@@ -81,8 +80,6 @@ class WindowFinder:
         rng = t.ranges
         names = np.asarray(t.names, dtype=object)
         self.range_names = names[rng.name_id] if len(rng) else np.zeros(0, dtype=object)
-        cpu = t.cpu_ops
-        self.cpu_names = names[cpu.name_id] if len(cpu) else np.zeros(0, dtype=object)
 
     def _by_correlation(self, r0: np.ndarray, r1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return self.launches.spans(r0, r1)
@@ -97,22 +94,9 @@ class WindowFinder:
         return Window("all", "trace", h0, h1, d0, d1, 1)
 
     def steps(self) -> list[Window]:
-        """One window per ProfilerStep#N range (user_annotation, or cpu_op in older torch)."""
-        found: dict[int, tuple[int, int]] = {}
-        rng = self.t.ranges
-        for names, s, d, ok in ((self.range_names, rng.start_ns, rng.dur_ns, ~rng.on_device),
-                                (self.cpu_names, self.t.cpu_ops.start_ns, self.t.cpu_ops.dur_ns, None)):
-            for i in np.flatnonzero(ok) if ok is not None else range(len(names)):
-                n = names[i]
-                if n.startswith("ProfilerStep#"):
-                    m = STEP_NAME.match(n)
-                    if m and int(m.group(1)) not in found:
-                        found[int(m.group(1))] = (int(s[i]), int(s[i] + d[i]))
-            if found:
-                break
+        """One window per ProfilerStep#N range."""
         out = []
-        for n in sorted(found):
-            a, b = found[n]
+        for n, (a, b) in self.t.profiler_steps().items():
             h0, h1 = np.array([a]), np.array([b])
             d0, d1 = self._by_correlation(h0, h1)
             out.append(Window(f"step:{n}", "profiler_step", h0, h1, d0, d1, 1))
