@@ -290,7 +290,9 @@ class Session:
         def on_sample(t: float, values: dict[str, float | None]) -> None:
             bus.emit(TelemetrySampled(t, values))
 
-        self.sampler = TelemetrySampler(sources, rate_hz=self.config.telemetry_hz, on_sample=on_sample)
+        # streamed to disk as it goes, so an interrupted or crashed run keeps its whole series
+        self.sampler = TelemetrySampler(sources, rate_hz=self.config.telemetry_hz, on_sample=on_sample,
+                                        stream_path=self.rundir.file("telemetry.csv"))
         self.sampler.start()
 
     def _stop_telemetry(self) -> None:
@@ -298,7 +300,6 @@ class Session:
             return
         self.sampler.stop()
         path = self.rundir.file("telemetry.csv")
-        self.sampler.write_csv(path)
         self.facts.telemetry = self.sampler.facts()
         self.facts.telemetry.path = path.name
 
