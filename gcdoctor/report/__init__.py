@@ -22,5 +22,5 @@ def write_reports(run_dir: str | Path, facts: Facts, verdicts: list[Verdict]) ->
     except ImportError:
         return md
     html = run_dir / "report.html"
-    html.write_text(render_html(facts, verdicts))
+    html.write_text(render_html(facts, verdicts, run_dir=run_dir))  # the timeline reads telemetry.csv there
     return html
