@@ -58,8 +58,13 @@ class ProbeContext:
         s = session
         self.session = s
         self.config, self.backend, self.spec, self.facts = s.config, s.backend, s.spec, s.facts
-        self.bus, self.rundir, self.sampler = s.bus, s.rundir, s.sampler
+        self.bus, self.rundir = s.bus, s.rundir
         self.dtype, self.seq_len = s.resolved.dtype, s.resolved.seq_len
+
+    @property
+    def sampler(self):
+        """The session's telemetry sampler, read when used: it starts after the context is built."""
+        return self.session.sampler
 
     # models -------------------------------------------------------------------------------
     def probe_spec(self) -> models.ModelSpec:
