@@ -87,7 +87,8 @@ class DashboardApp(App[None]):
                                      id="host", classes="box")
                     yield VerdictList(self.state, "No warnings: GC040 and GC041 watch the last 5 s.",
                                       id="verdicts", classes="box")
-                    yield VerticalScroll(VerdictDetail(id="detail"), id="detail-box", classes="box")
+                    yield VerticalScroll(VerdictDetail("No warning yet. The highlighted warning is shown here in "
+                                                       "full.", id="detail"), id="detail-box", classes="box")
         else:
             with Horizontal(id="top"):
                 yield GaugePanel(self.state, lambda: diagnose_rows(self.state, self.wide), id="telemetry",

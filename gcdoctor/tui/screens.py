@@ -13,13 +13,13 @@ from textual.widgets import Static
 from gcdoctor.tui.widgets import verdict_detail
 
 KEYS = [
-    ("q, Ctrl-C", "quit; during a run: stop cleanly, write the partial run directory and report, then quit"),
+    ("q  Ctrl-C", "quit; a run first stops cleanly, keeping its report"),
     ("?", "this help"),
-    ("Tab, Shift-Tab", "move between the panels"),
-    ("v / m / l", "jump to the verdicts / the measurements table / the log"),
-    ("↑ ↓, PgUp PgDn", "move in the focused panel"),
-    ("Enter", "on a verdict: its evidence, explanation and recommendation"),
-    ("t", "switch between the dark and the light theme"),
+    ("Tab", "next panel (Shift-Tab: previous)"),
+    ("v  m  l", "go to the verdicts, the measurements, the log"),
+    ("↑ ↓ PgUp PgDn", "move in the panel"),
+    ("Enter", "the highlighted verdict in full"),
+    ("t", "dark / light theme"),
     ("Esc", "close this window"),
 ]
 
@@ -62,10 +62,10 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         parts = [Content.styled("Keys", "bold underline")]
         for key, what in KEYS:
-            parts.append(Content.assemble((f"  {key:<16}", "bold $text-primary"), what))
+            parts.append(Content.assemble((f"{key:<14}", "bold $text-primary"), what))
         parts.append(Content.styled("\nPanels", "bold underline"))
         for name, what in PANELS.get(self.mode, PANELS["diagnose"]):
-            parts.append(Content.assemble((f"  {name}: ", "bold"), what))
+            parts.append(Content.assemble((f"{name}: ", "bold"), what))
         parts.append(Content.styled("\nMore: docs/tui.md. Esc closes this window.", "dim"))
         with VerticalScroll():
             yield Static(Content("\n").join(parts))

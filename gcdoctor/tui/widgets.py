@@ -111,6 +111,13 @@ class ProbePanel(Widget):
                 fired = sum(1 for e in st.verdicts.values() if e.verdict.get("status") == "fired")
                 head = "stopped" if st.finished.interrupted else "finished"
                 lines = [Content.assemble((head, "bold"), f": {len(st.rows)} measurements, {fired} findings")]
+                for f in st.probes_finished:
+                    mark, style = ("✔", "$text-success") if f.ok else ("✖", "$text-error")
+                    secs = f" in {fmt_seconds(f.seconds)}" if f.seconds is not None else ""
+                    lines.append(Content.assemble((mark, style), _fit(f" {f.probe}{secs}"
+                                                                      f"{'' if f.ok else ': ' + str(f.error)}", width - 1)))
+                where = st.finished.report_path or st.finished.run_dir
+                lines.append(Content.styled(_fit(f"report: {where}", width), "dim"))
             elif st.run_dir is None:
                 lines = [Content.styled("waiting for the run to start…", "dim")]
             else:
@@ -216,10 +223,10 @@ class VerdictList(OptionList):
         return entry.verdict if entry else None
 
 
-def verdict_detail(v: dict[str, Any] | None) -> Content:
+def verdict_detail(v: dict[str, Any] | None, placeholder: str = "No verdict yet.") -> Content:
     """A verdict in full: headline, evidence with units, why, and what to do."""
     if v is None:
-        return Content.styled("No verdict yet. Verdicts appear here as the rules judge each probe's facts.", "dim")
+        return Content.styled(placeholder, "dim")
     sev = v.get("severity", "")
     subject = f" · {v['subject']}" if v.get("subject") else ""
     parts = [Content.assemble((f"{SEVERITY_ICON.get(sev, '')} {v.get('code', '')} {v.get('slug', '')}",
@@ -242,8 +249,10 @@ class VerdictDetail(Widget):
 
     DEFAULT_CSS = "VerdictDetail { height: auto; }"
 
-    def __init__(self, **kw: Any) -> None:
+    def __init__(self, placeholder: str = "No verdict yet. Verdicts appear here as the rules judge each "
+                 "probe's facts; the highlighted one is shown in full.", **kw: Any) -> None:
         super().__init__(**kw)
+        self.placeholder = placeholder
         self.verdict: dict[str, Any] | None = None
 
     def show(self, verdict: dict[str, Any] | None) -> None:
@@ -251,7 +260,7 @@ class VerdictDetail(Widget):
         self.refresh(layout=True)
 
     def render(self) -> Content:
-        return verdict_detail(self.verdict)
+        return verdict_detail(self.verdict, self.placeholder)
 
 
 class LogPane(RichLog):

@@ -1,0 +1,109 @@
+"""The dashboard driven headless with Textual's pilot: a recorded stream from a real run, and a
+real CPU session stopped with q."""
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from gcdoctor.config import RunConfig
+from gcdoctor.events import MeasurementRecorded, RunFinished, VerdictIssued, read_events
+from gcdoctor.facts import Facts
+from gcdoctor.tui.app import DashboardApp
+from gcdoctor.tui.gauges import diagnose_rows
+from gcdoctor.tui.screens import HelpScreen, VerdictScreen
+from gcdoctor.tui.sources import ReplaySource, SessionSource
+from gcdoctor.tui.widgets import MeasurementsTable, VerdictList
+
+DATA = Path(__file__).parent / "data" / "tui"
+DIAGNOSE = DATA / "diagnose-cpu-sweep.events.jsonl"
+
+
+def recorded() -> list:
+    return list(read_events(str(DIAGNOSE)))
+
+
+def run(coro) -> None:
+    asyncio.run(coro)
+
+
+def test_replayed_run_fills_the_panels_and_shows_its_verdicts():
+    events = recorded()
+    rows = [e for e in events if isinstance(e, MeasurementRecorded)]
+    verdicts = {e.verdict["code"] for e in events if isinstance(e, VerdictIssued)}
+    finished = next(e for e in events if isinstance(e, RunFinished))
+
+    async def go():
+        app = DashboardApp(ReplaySource(events), clock=lambda: 0.0)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            app.flush()
+            await pilot.pause()
+            table = app.query_one(MeasurementsTable)
+            assert table.row_count == len(rows)
+            assert {k[0] for k in app.query_one(VerdictList).keys} == verdicts
+            cpu = {r.label: r for r in diagnose_rows(app.state, wide=False)}["CPU"]
+            assert cpu.series == "cpu_pct"
+            gpu = {r.label: r for r in diagnose_rows(app.state, wide=False)}["GPU util"]
+            assert gpu.series is None and gpu.note == "CPU run"
+            assert app._status()[0] == f"report: {finished.report_path} — press q to quit"
+
+    run(go())
+
+
+def test_enter_on_a_verdict_opens_its_evidence_and_recommendation():
+    events = recorded()
+    first = min((e.verdict for e in events if isinstance(e, VerdictIssued)),
+                key=lambda v: {"critical": 0, "warning": 1, "info": 2, "ok": 3}[v["severity"]])
+
+    async def go():
+        app = DashboardApp(ReplaySource(events), clock=lambda: 0.0)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            await pilot.press("v")
+            await pilot.press("enter")
+            await pilot.pause()
+            assert isinstance(app.screen, VerdictScreen)
+            assert app.screen.verdict["headline"] == first["headline"]
+            await pilot.press("escape")
+            await pilot.press("question_mark")
+            await pilot.pause()
+            assert isinstance(app.screen, HelpScreen)
+
+    run(go())
+
+
+def test_q_mid_run_stops_the_session_and_writes_the_partial_run_directory(tmp_path: Path, micro_llama: str):
+    from gcdoctor.session import Session
+
+    out = tmp_path / "run"
+    session = Session(RunConfig(device="cpu", model=micro_llama, probes=["sweep"], batch_sizes=[1, 2], seq_len=32,
+                                out=str(out), profile=False, warmup_steps=1, measure_steps=50))
+    source = SessionSource(session)
+
+    async def go():
+        app = DashboardApp(source)
+        async with app.run_test(size=(80, 24)) as pilot:
+            for _ in range(1200):  # until a step has been measured (at most 60 s)
+                await pilot.pause(0.05)
+                if app.state.probe is not None and app.state.probe.point_steps_ms:
+                    break
+            assert app.state.probe.point_steps_ms, "no step was measured"
+            await pilot.press("q")
+            assert app.state.stopping
+            assert session.stop_requested.is_set()
+            for _ in range(1200):
+                if source.done.is_set():
+                    break
+                await asyncio.sleep(0.05)
+            await pilot.pause()
+        assert app.return_code == 0
+
+    run(go())
+    source.join(30)
+    assert source.error is None
+    facts = Facts.load(out / "facts.json")
+    assert facts.settings.interrupted is True
+    assert (out / "report.md").exists()
+    last = json.loads((out / "events.jsonl").read_text().splitlines()[-1])
+    assert (last["type"], last["interrupted"]) == ("RunFinished", True)
