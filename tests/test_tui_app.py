@@ -107,3 +107,28 @@ def test_q_mid_run_stops_the_session_and_writes_the_partial_run_directory(tmp_pa
     assert (out / "report.md").exists()
     last = json.loads((out / "events.jsonl").read_text().splitlines()[-1])
     assert (last["type"], last["interrupted"]) == ("RunFinished", True)
+
+
+def test_monitor_run_follows_a_run_directory_and_quits_without_waiting(tmp_path: Path):
+    from gcdoctor.tui.alerts import LiveAlerts
+    from gcdoctor.tui.sources import FollowSource
+
+    (tmp_path / "events.jsonl").write_text(DIAGNOSE.read_text())
+    rows = sum(isinstance(e, MeasurementRecorded) for e in recorded())
+    source = FollowSource(tmp_path, alerts=LiveAlerts(), poll_s=0.02)
+
+    async def go():
+        app = DashboardApp(source, mode="follow", clock=lambda: 0.0)
+        async with app.run_test(size=(80, 24)) as pilot:
+            for _ in range(400):
+                await pilot.pause(0.05)
+                if app.state.finished is not None:
+                    break
+            assert app.query_one(MeasurementsTable).row_count == rows
+            await pilot.press("q")
+            await pilot.pause()
+        assert app.return_code == 0
+
+    run(go())
+    source.join(5)
+    assert source.done.is_set()

@@ -13,6 +13,7 @@ from gcdoctor.tui.replay import make_app
 DATA = Path(__file__).parent / "data" / "tui"
 DIAGNOSE = DATA / "diagnose-cpu-sweep.events.jsonl"
 MONITOR = DATA / "monitor-cpu.events.jsonl"
+H200 = Path(__file__).parents[1] / "samples" / "h200-llama3-8b-2layers-sweep" / "events.jsonl"
 SIZES = [(80, 24), (160, 48)]
 
 
@@ -37,6 +38,12 @@ async def settle(pilot) -> None:
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_diagnose_finished(snap_compare, size):
     assert snap_compare(make_app(read_events(str(DIAGNOSE))), terminal_size=size, run_before=settle)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_diagnose_finished_h200(snap_compare, size):
+    """A real H200 run: every telemetry row measured (utilisation, memory, PCIe, power)."""
+    assert snap_compare(make_app(read_events(str(H200))), terminal_size=size, run_before=settle)
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")

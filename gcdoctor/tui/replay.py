@@ -61,12 +61,28 @@ def trim_events(src: str | Path, dst: str | Path, keep_s: float | None = None, h
     return len(lines), len(out)
 
 
-def make_app(events: Iterable[Any], mode: str | None = None):
+class RecordedProcesses:
+    """Stands in for a MonitorSession in a replay: the processes its facts.json recorded."""
+
+    def __init__(self, facts_path: Path) -> None:
+        self.processes_now: list[dict[str, Any]] = []
+        try:
+            procs = json.loads(facts_path.read_text()).get("monitor", {}).get("processes") or []
+        except (OSError, ValueError, AttributeError):
+            return
+        self.processes_now = [{"device": p.get("device"), "pid": p.get("pid"), "name": p.get("name"),
+                               "used_memory_bytes": p.get("max_used_memory_bytes")} for p in procs]
+
+
+def make_app(events: Iterable[Any], mode: str | None = None, run_dir: str | Path | None = None):
+    """A dashboard replaying `events` with a fixed clock; `run_dir` lends a monitor recording its processes."""
     from gcdoctor.tui.app import DashboardApp
     from gcdoctor.tui.sources import ReplaySource
 
     events = list(events)
-    return DashboardApp(ReplaySource(events), mode=mode or detect_mode(events), clock=lambda: 0.0)
+    mode = mode or detect_mode(events)
+    monitor = RecordedProcesses(Path(run_dir) / "facts.json") if run_dir is not None and mode == "monitor" else None
+    return DashboardApp(ReplaySource(events), mode=mode, clock=lambda: 0.0, monitor=monitor)
 
 
 async def _screenshot(app, size: tuple[int, int], out: str, press: list[str], theme: str | None) -> None:
@@ -101,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             n_in, n_out = trim_events(src, args.trim, args.keep_s, args.hz)
             print(f"{args.trim}: {n_out} of {n_in} events")
             return 0
-        app = make_app(read_events(str(src)), args.mode)
+        app = make_app(read_events(str(src)), args.mode, run_dir=src.parent)
         if args.screenshot:
             cols, _, rows = args.size.partition("x")
             asyncio.run(_screenshot(app, (int(cols), int(rows)), args.screenshot, args.press, args.theme))
