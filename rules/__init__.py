@@ -4,11 +4,16 @@ from __future__ import annotations
 from gcdoctor.engine import Rule
 from gcdoctor.rules.device_starving_cpu import DeviceStarvingCpuRule
 from gcdoctor.rules.gc_unneeded import GcUnneededRule
+from gcdoctor.rules.host_bound_step import HostBoundStepRule
 from gcdoctor.rules.insufficient_memory_saving import InsufficientMemorySavingRule
+from gcdoctor.rules.launch_overhead_bound import LaunchOverheadBoundRule
+from gcdoctor.rules.loss_jitter import LossJitterRule
 from gcdoctor.rules.model_states_dominate import ModelStatesDominateRule
+from gcdoctor.rules.offload_stall import OffloadStallRule
 from gcdoctor.rules.oom_boundary_gain import OomBoundaryGainRule
 from gcdoctor.rules.pcie_saturated_idle import PcieSaturatedIdleRule
 from gcdoctor.rules.recompute_overhead import RecomputeOverheadRule
+from gcdoctor.rules.recompute_share import RecomputeShareRule
 
 ALL_RULES: list[Rule] = [
     RecomputeOverheadRule(),
@@ -16,8 +21,13 @@ ALL_RULES: list[Rule] = [
     OomBoundaryGainRule(),
     ModelStatesDominateRule(),
     GcUnneededRule(),
+    RecomputeShareRule(),
+    LaunchOverheadBoundRule(),
+    OffloadStallRule(),
+    HostBoundStepRule(),
     PcieSaturatedIdleRule(),
     DeviceStarvingCpuRule(),
+    LossJitterRule(),
 ]
 
 BY_CODE: dict[str, Rule] = {r.code: r for r in ALL_RULES}

@@ -48,10 +48,7 @@ class RecomputeOverheadRule(Rule):
         pct = 100.0 * (on.step_ms_median / off.step_ms_median - 1.0)
         ev = [Evidence("batch size (both variants)", b), Evidence("step without GC", off.step_ms_median, "ms"),
               Evidence("step with GC", on.step_ms_median, "ms"), Evidence("overhead", pct, "%")]
-        rec = facts.trace.get("sweep/gc|recompute")
-        share = getattr(rec, "recompute_share", None) if rec is not None else None
-        tm = facts.trace.get("sweep/gc")
-        share = share if share is not None else getattr(tm, "recompute_share", None)
+        share = getattr(facts.trace.get("sweep/gc"), "recompute_share", None)
         if share is not None:
             ev.append(Evidence("recompute share of device time (GC)", 100.0 * share, "%"))
         band = f"{t['min_overhead_pct']:.0f}-{t['max_overhead_pct']:.0f}%"

@@ -15,9 +15,14 @@ def summary(facts: Facts, verdicts: list[Verdict], report_path: str | None = Non
         rows = [r[:3] + r[4:7] for r in sweep_rows(facts)]
         lines += [text_table(["variant", "batch", "step ms", "tok/s", "MFU", "peak GiB"], rows), ""]
     for v in verdicts:
+        if v.status == "inconclusive":
+            continue
         lines.append(f"[{MARK.get(v.severity, '  ')}] {v.code} {v.headline}")
         if v.status == "fired" and v.recommendation:
             lines.append(f"       -> {v.recommendation}")
+    skipped = sorted({v.code for v in verdicts if v.status == "inconclusive"})
+    if skipped:
+        lines.append(f"[? ] not judged for lack of data: {', '.join(skipped)} (reasons in the report)")
     if facts.settings.interrupted:
         lines.append("(interrupted: partial results)")
     if report_path:

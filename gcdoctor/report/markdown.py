@@ -5,7 +5,11 @@ from typing import Callable
 
 from gcdoctor.engine import Verdict
 from gcdoctor.facts import Facts
+from gcdoctor.report.md_watch import watch_section
 from gcdoctor.report.format import gib, md_table, num
+from gcdoctor.report.md_granularity import granularity_section
+from gcdoctor.report.md_jitter import jitter_section
+from gcdoctor.report.md_offload import offload_section
 from gcdoctor.report.sweep import SWEEP_HEADERS, sweep_rows
 
 SEVERITY_MARK = {"critical": "CRITICAL", "warning": "WARNING", "info": "note", "ok": "ok", "inconclusive": "?"}
@@ -83,7 +87,8 @@ def environment_section(facts: Facts, verdicts: list[Verdict]) -> str:
 
 
 SECTIONS: list[Callable[[Facts, list[Verdict]], str]] = [
-    bottom_line, sweep_section, profiler_section, rules_section, environment_section,
+    bottom_line, watch_section, sweep_section, granularity_section, offload_section, jitter_section, profiler_section, rules_section,
+    environment_section,
 ]
 
 
