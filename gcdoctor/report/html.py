@@ -16,8 +16,10 @@ from typing import Any, Callable
 from gcdoctor.engine import SEVERITY_ORDER, Evidence, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.report.html_parts import Raw, fbytes, kv, section, table
-from gcdoctor.report.html_probes import (granularity_section, jitter_section, memory_model_section,
-                                         offload_section, profiler_overhead_section, trace_section)
+from gcdoctor.report.html_jitter import jitter_section
+from gcdoctor.report.html_offload import offload_section
+from gcdoctor.report.html_probes import (granularity_section, memory_model_section, profiler_overhead_section,
+                                         trace_section)
 from gcdoctor.report.html_sweep import sweep_section
 from gcdoctor.report.html_telemetry import telemetry_section
 from gcdoctor.report.svg import esc
@@ -47,21 +49,34 @@ def evidence_value(e: Evidence) -> str:
     return str(v)
 
 
-def verdict_card(v: Verdict) -> str:
+def verdict_card(v: Verdict, anchor: str = "", compact: bool = False) -> str:
+    """One fired verdict: headline, its numbers, why, and what to do.
+
+    Compact cards (notes) keep the headline, at most six numbers and the action; the explanation
+    folds away so warnings stay on the first screen."""
     sev = v.severity if v.severity in SEVERITY_WORD else "inconclusive"
+    measured = [e for e in v.evidence if e.value is not None]
+    missing = [e.label for e in v.evidence if e.value is None]
     tiles = []
-    for e in v.evidence:
-        unit = f'<span class="u">{esc(e.unit)}</span>' if e.unit and e.value is not None else ""
+    for e in measured[:6] if compact else measured:
+        unit = f'<span class="u">{esc(e.unit)}</span>' if e.unit else ""
         tiles.append(f'<div class="number"><div class="v">{esc(evidence_value(e))}{unit}</div>'
                      f'<div class="l">{esc(e.label)}</div></div>')
     numbers = f'<div class="numbers">{"".join(tiles)}</div>' if tiles else ""
+    rest = measured[6:] if compact else []
+    extra = ", ".join(e.text() for e in rest)
     subject = f'<p class="sub">About: {esc(v.subject)}</p>' if v.subject else ""
-    why = f'<p class="why"><b>Why.</b> {esc(v.explanation)}</p>' if v.explanation else ""
+    why = ""
+    if v.explanation or extra or missing:
+        text = "".join([f"<p><b>Why.</b> {esc(v.explanation)}</p>" if v.explanation else "",
+                        f'<p class="small">Also: {esc(extra)}</p>' if extra else "",
+                        f'<p class="small">Not measured: {esc(", ".join(missing))}</p>' if missing else ""])
+        why = f"<details><summary>Why</summary>{text}</details>" if compact else f'<div class="why">{text}</div>'
     act = f'<p class="action"><b>What to do.</b> {esc(v.recommendation)}</p>' if v.recommendation else ""
-    return (f'<article class="verdict {sev}" data-code="{esc(v.code)}" data-severity="{esc(sev)}">'
-            f'<h3><span class="badge {sev}">{SEVERITY_WORD[sev]}</span><span class="code">{esc(v.code)}</span>'
-            f'{esc(v.headline)}</h3>{subject}'
-            f"{numbers}{why}{act}</article>")
+    aid = f' id="{esc(anchor)}"' if anchor else ""
+    return (f'<article class="verdict {sev}{" compact" if compact else ""}"{aid} data-code="{esc(v.code)}" '
+            f'data-severity="{esc(sev)}"><h3><span class="badge {sev}">{SEVERITY_WORD[sev]}</span>'
+            f'<span class="code">{esc(v.code)}</span>{esc(v.headline)}</h3>{subject}{numbers}{act}{why}</article>')
 
 
 def ranked(verdicts: list[Verdict]) -> list[Verdict]:
@@ -70,14 +85,21 @@ def ranked(verdicts: list[Verdict]) -> list[Verdict]:
 
 def bottom_line(ctx: RenderContext) -> str:
     fired = ranked([v for v in ctx.verdicts if v.status == "fired"])
-    if fired:
-        body = "".join(verdict_card(v) for v in fired)
-    else:
+    if not fired:
         passed = sum(v.status == "passed" for v in ctx.verdicts)
         body = (f'<article class="verdict ok all-clear"><h3><span class="badge ok">OK</span>No rule fired.</h3>'
                 f"<p>Checkpointing behaves as expected for what was measured: {passed} rule(s) passed; "
                 f"see below for the ones that could not run.</p></article>")
-    return section("bottom-line", "Bottom line", Raw(body))
+        return section("bottom-line", "Bottom line", Raw(body))
+    index = ""
+    if len(fired) > 3:  # many findings: one line each first, so the worst is on the first screen
+        items = "".join(f'<li><a href="#verdict-{i}"><span class="badge {v.severity}">'
+                        f'{SEVERITY_WORD.get(v.severity, "?")}</span><span class="code">{esc(v.code)}</span>'
+                        f"{esc(v.headline)}</a></li>" for i, v in enumerate(fired, start=1))
+        index = f'<ol class="verdict-index">{items}</ol>'
+    cards = "".join(verdict_card(v, f"verdict-{i}", compact=v.severity not in ("critical", "warning"))
+                    for i, v in enumerate(fired, start=1))
+    return section("bottom-line", "Bottom line", Raw(index + cards))
 
 
 def rules_section(ctx: RenderContext) -> str:

@@ -24,9 +24,19 @@ def cell(v: Any) -> str:
     return str(v) if isinstance(v, Raw) else esc(DASH if v is None else v)
 
 
+def _empty(v: Any) -> bool:
+    return v is None or v == "" or v == DASH
+
+
 def table(headers: Sequence[Any], rows: Iterable[Sequence[Any]], css: str = "", numeric_from: int = 1,
-          ids: Sequence[str] | None = None) -> Raw:
-    """A table; columns from `numeric_from` on are right-aligned. `ids` names the rows (data-row)."""
+          ids: Sequence[str] | None = None, drop_empty: bool = False) -> Raw:
+    """A table; columns from `numeric_from` on are right-aligned. `ids` names the rows (data-row).
+    With `drop_empty`, columns without a value in any row (device metrics on a CPU) are left out."""
+    rows = [list(r) for r in rows]
+    if drop_empty and rows:
+        keep = [i for i in range(len(headers)) if i == 0 or any(not _empty(r[i]) for r in rows if i < len(r))]
+        headers = [headers[i] for i in keep]
+        rows = [[r[i] for i in keep if i < len(r)] for r in rows]
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     body = []
     for i, r in enumerate(rows):

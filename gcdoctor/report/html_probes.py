@@ -1,18 +1,17 @@
-"""report.html: the sections of the many-variant probes (granularity, offload, jitter), the memory
-model, the trace metrics and the profiler overhead.
+"""report.html: the granularity section, the memory model, the trace metrics and the profiler
+overhead (offload and jitter have their own modules).
 
 Each section renders the fields that exist and returns "" when its facts are None, so a run with
 some probes skipped (or facts written by an older gcdoctor) still renders.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from gcdoctor.facts import Facts
-from gcdoctor.report.html_parts import (Raw, bullets, by_unit, details, fbytes, figure, figures, fnum, fpct,
-                                        fshare, generic_block, kv, para, section, table)
-from gcdoctor.report.svg import HLine, Series, bar_plot, color_for, esc, line_plot
+from gcdoctor.report.html_parts import (bullets, by_unit, details, fbytes, figure, figures, fnum, fpct, fshare,
+                                        generic_block, kv, para, section, table)
+from gcdoctor.report.svg import Series, color_for, esc, line_plot
 
 
 # granularity -------------------------------------------------------------------------------
@@ -53,7 +52,7 @@ def _granularity_group(group: Any) -> str:
         ids.append(f"{group.name}:{v.variant}")
     t = table(["variant", "what is checkpointed", "regions/step", "recomputed ops/step", "step ms", "peak",
                "activations", "time added", "memory saved", "saved %", "kernels/step", "device idle",
-               "mean kernel", "CPU ops/step"], rows, numeric_from=2, ids=ids)
+               "mean kernel", "CPU ops/step"], rows, numeric_from=2, ids=ids, drop_empty=True)
     plot = figure(_granularity_plot(group), "Each point is one granularity at equal batch; up and to the left "
                                             "is better (more memory saved for less time).")
     return f'<h3>{esc(group.name)}</h3>' + para(" ".join(lines)) + figures(plot) + t
@@ -90,88 +89,6 @@ def granularity_section(facts: Facts) -> str:
     return section("granularity", "Checkpoint granularity: memory saved versus time added", *parts, lead=lead)
 
 
-# offload -----------------------------------------------------------------------------------
-def _rows_with(obj: Any, *attrs: str) -> list[Any]:
-    """All dataclass rows (in list fields of obj) that have every one of `attrs`."""
-    out = []
-    for f in dataclasses.fields(obj):
-        v = getattr(obj, f.name)
-        if isinstance(v, list) and v and dataclasses.is_dataclass(v[0]) and all(hasattr(v[0], a) for a in attrs):
-            out += v
-    return out
-
-
-def _name(row: Any) -> str:
-    for k in ("variant", "name", "key"):
-        v = getattr(row, k, None)
-        if isinstance(v, str) and v:
-            return v
-    return "?"
-
-
-def offload_section(facts: Facts) -> str:
-    o = facts.offload
-    if o is None:
-        return ""
-    figs = []
-    rows = _rows_with(o, "variant")
-    gbs_fields = sorted({f.name for r in rows for f in dataclasses.fields(r) if f.name.endswith("_gbs")
-                         and getattr(r, f.name) is not None})
-    peak = facts.environment.pcie_peak_gbs or (facts.telemetry.pcie_link_peak_gbs if facts.telemetry else None)
-    for fname in gbs_fields:
-        bars = [(_name(r), getattr(r, fname), color_for(_name(r), i)) for i, r in enumerate(rows)
-                if getattr(r, fname, None) is not None]
-        figs.append(figure(bar_plot(bars, title=f"{fname.replace('_', ' ')} per variant", x_label="GB/s",
-                                    ref=HLine(peak, f"link peak {peak:.0f} GB/s") if peak else None),
-                           f"{fname.replace('_', ' ')} (GB/s, 1 GB = 1e9 bytes) per offload variant."))
-    time_fields = [f for f in ("step_ms", "copy_ms", "copy_time_ms", "exposed_copy_ms", "copy_exposed_ms")
-                   if any(getattr(r, f, None) is not None for r in rows)]
-    for fname in time_fields:
-        bars = [(_name(r), getattr(r, fname), color_for(_name(r), i)) for i, r in enumerate(rows)
-                if getattr(r, fname, None) is not None]
-        figs.append(figure(bar_plot(bars, title=f"{fname.replace('_', ' ')} per variant", x_label="ms"),
-                           f"{fname.replace('_', ' ')} per offload variant."))
-    return section("offload", "Offload: copy time and PCIe throughput", figures(*figs),
-                   generic_block(o, "offload", facts.unavailable),
-                   lead="Activation and optimizer offload variants at equal batch: how long the copies take, "
-                        "how much of them the compute hides, and the PCIe throughput they reach.")
-
-
-# jitter ------------------------------------------------------------------------------------
-def _loss_curves(obj: Any) -> list[Series]:
-    """Every list of losses in the jitter facts, one curve each, keyed by its row's name."""
-    series: list[Series] = []
-    for f in dataclasses.fields(obj):
-        v = getattr(obj, f.name)
-        if isinstance(v, list) and v and all(isinstance(x, (int, float)) for x in v) and "loss" in f.name:
-            series.append(Series(f.name, list(enumerate(map(float, v))), color_for(f.name, len(series))))
-        elif isinstance(v, list) and v and dataclasses.is_dataclass(v[0]):
-            for row in v:
-                for rf in dataclasses.fields(row):
-                    lv = getattr(row, rf.name)
-                    if "loss" in rf.name and isinstance(lv, list) and lv and \
-                            all(isinstance(x, (int, float)) for x in lv):
-                        name = _name(row) if rf.name == "losses" else f"{_name(row)} {rf.name}"
-                        series.append(Series(name, list(enumerate(map(float, lv))),
-                                             color_for(_name(row), len(series)), markers=len(lv) <= 40))
-    return series
-
-
-def jitter_section(facts: Facts) -> str:
-    j = facts.jitter
-    if j is None:
-        return ""
-    curves = _loss_curves(j)
-    plot = figure(line_plot(curves, title="Loss per step, checkpointing on and off", x_label="step",
-                            y_label="loss", y_from_zero=False),
-                  "Same seed and data for every curve: curves that separate beyond the run-to-run spread "
-                  "of the same configuration point at the recomputation.") if curves else ""
-    return section("jitter", "Loss jitter from recomputation", figures(plot),
-                   generic_block(j, "jitter", facts.unavailable),
-                   lead="Losses with checkpointing against losses without it, next to the run-to-run difference "
-                        "of the same configuration.")
-
-
 # memory model ------------------------------------------------------------------------------
 def memory_model_section(facts: Facts) -> str:
     mm = facts.memory_model
@@ -200,20 +117,14 @@ def trace_section(facts: Facts) -> str:
 
     headers = ["trace window", "host wall", "CPU ops", "device busy", "kernels", "mean kernel",
                "idle waiting on host", "memcpy", "copy hidden", "recompute share"]
-    all_rows = [row(k, t) for k, t in facts.trace.items()]
-    keep = [i for i in range(len(headers)) if i == 0 or any(r[i] not in (None, "—") for r in all_rows)]
-
-    def cut(rows: list[list[Any]]) -> list[list[Any]]:
-        return [[r[i] for i in keep] for r in rows]
-
-    headers = [headers[i] for i in keep]  # columns empty in every window (no device on a CPU) are left out
-    parts = [table(headers, cut([row(k, t) for k, t in main.items()]), ids=list(main))]
+    parts = [table(headers, [row(k, t) for k, t in main.items()], ids=list(main), drop_empty=True)]
     reasons = sorted({t.device_unavailable for t in facts.trace.values() if t.device_unavailable})
     if reasons:
         parts.insert(0, para("Device metrics unavailable: " + "; ".join(reasons)))
     if windows:
         parts.append(details(f"{len(windows)} labelled windows (forward, backward, recompute, optimizer, steps)",
-                             table(headers, cut([row(k, t) for k, t in windows.items()]), ids=list(windows))))
+                             table(headers, [row(k, t) for k, t in windows.items()], ids=list(windows),
+                                   drop_empty=True)))
     sources = sorted({t.source for t in facts.trace.values() if t.source})
     if sources:
         parts.append(para("Traces (open in ui.perfetto.dev): " + ", ".join(sources), "small"))

@@ -24,6 +24,16 @@ def color_for(name: str, index: int) -> str:
     return VARIANT_COLORS.get(name) or PALETTE[index % len(PALETTE)]
 
 
+def colors_for(names: Sequence[str]) -> dict[str, str]:
+    """A colour per name: the fixed ones for known variants, unused palette colours for the rest."""
+    out = {n: VARIANT_COLORS[n] for n in names if n in VARIANT_COLORS}
+    free = [c for c in PALETTE if c not in out.values()] or PALETTE
+    for n in names:
+        if n not in out:
+            out[n] = free[len([k for k in out if k not in VARIANT_COLORS]) % len(free)]
+    return out
+
+
 @dataclass
 class Series:
     name: str
@@ -159,19 +169,42 @@ def _axes(fr: Frame, xticks: Sequence[float], yticks: Sequence[float], x_label: 
     return out
 
 
-def _legend(series: Sequence[Series], fr: Frame) -> list[str]:
-    out = ['<g class="legend">']
-    x = fr.left + 4
+LEGEND_ROW = 16
+
+
+def _legend_layout(series: Sequence[Series], left: int, right_edge: int) -> list[tuple[Series, float, int]]:
+    """(series, x, row) of each legend entry, wrapping onto new rows at the right edge."""
+    out, x, row = [], left + 4, 0
     for s in series:
         if not s.name:
             continue
+        w = 28 + 6.5 * len(s.name)
+        if x + w > right_edge and x > left + 4:
+            x, row = left + 4, row + 1
+        out.append((s, x, row))
+        x += w
+    return out
+
+
+def _legend(layout: list[tuple[Series, float, int]], first_row_y: float) -> list[str]:
+    out = ['<g class="legend">']
+    for s, x, row in layout:
+        y = first_row_y + row * LEGEND_ROW
         dash = ' stroke-dasharray="5 3"' if s.dashed else ""
-        out.append(f'<line x1="{x}" y1="{fr.top - 10}" x2="{x + 16}" y2="{fr.top - 10}" stroke="{esc(s.color)}" '
+        out.append(f'<line x1="{_f(x)}" y1="{_f(y - 4)}" x2="{_f(x + 16)}" y2="{_f(y - 4)}" stroke="{esc(s.color)}" '
                    f'stroke-width="2.5"{dash}/>')
-        out.append(f'<text x="{x + 20}" y="{fr.top - 6}">{esc(s.name)}</text>')
-        x += 28 + 7 * len(s.name)
+        out.append(f'<text x="{_f(x + 20)}" y="{_f(y)}">{esc(s.name)}</text>')
     out.append("</g>")
     return out
+
+
+def _tick_formatter(ticks: Sequence[float], fmt: Callable[[float], str]) -> Callable[[float], str]:
+    """`fmt`, unless it prints two ticks the same (8.36 and 8.38 as "8.4"): then enough decimals."""
+    if len({fmt(t) for t in ticks}) == len(ticks) or len(ticks) < 2:
+        return fmt
+    step = min(abs(b - a) for a, b in zip(ticks, ticks[1:])) or 1.0
+    digits = max(0, -math.floor(math.log10(step)) + 1)
+    return lambda v: f"{v:,.{digits}f}"
 
 
 def _mark(m: Mark, fr: Frame) -> list[str]:
@@ -217,10 +250,21 @@ def line_plot(series: Sequence[Series], *, title: str, x_label: str, y_label: st
     if x_log2:
         xticks = log2_ticks(x0, x1)
         x0, x1 = min(x0, xticks[0]), max(x1, xticks[-1])
-    else:
+    elif x_range:
         xticks = [t for t in nice_ticks(x0, x1, 6) if x0 <= t <= x1]
-    fr = Frame(width, height, left=62, right=18, top=28, bottom=40, x0=x0, x1=x1,
+    else:  # round ends, so no point sits on the frame's edge
+        xticks = nice_ticks(x0, x1, 6)
+        x0, x1 = xticks[0], xticks[-1]
+    show_legend = not (scatter and len(series) == 1)
+    layout = _legend_layout(series, 62, width - 18) if show_legend else []
+    rows = 1 + max((r for _, _, r in layout), default=0)
+    top = 12 + LEGEND_ROW * rows if layout else 16
+    height += top - 28  # the plot area keeps its size however many legend rows there are
+    fr = Frame(width, height, left=62, right=18, top=top, bottom=40, x0=x0, x1=x1,
                y0=yticks[0], y1=yticks[-1], x_log2=x_log2)
+    y_fmt = _tick_formatter(yticks, y_fmt)
+    if not x_log2:
+        x_fmt = _tick_formatter(xticks, x_fmt)
     out = _svg_open(width, height, title)
     for b in bands:
         xa, xb = fr.px(max(b.x0, x0)), fr.px(min(b.x1, x1))
@@ -236,6 +280,7 @@ def line_plot(series: Sequence[Series], *, title: str, x_label: str, y_label: st
         out.append(f'<g class="hline"><line x1="{fr.left}" y1="{_f(y)}" x2="{width - fr.right}" y2="{_f(y)}" '
                    f'stroke="{esc(h.color)}" stroke-dasharray="6 4"/><text x="{fr.left + 6}" '
                    f'y="{_f(y - 5)}" text-anchor="start" fill="{esc(h.color)}">{esc(h.text)}</text></g>')
+    placed: list[tuple[float, float, float, float]] = []  # scatter label boxes already drawn
     for s in series:
         spts = sorted((p for p in s.points if _finite(p)), key=lambda p: p[0]) if not scatter else \
             [p for p in s.points if _finite(p)]
@@ -254,29 +299,59 @@ def line_plot(series: Sequence[Series], *, title: str, x_label: str, y_label: st
                 g.append(f'<circle cx="{_f(fr.px(x))}" cy="{_f(fr.py(y))}" r="{4 if scatter else 3}">'
                          f"<title>{esc(tip)}</title></circle>")
                 if scatter and label:
-                    g.append(f'<text class="point-label" x="{_f(fr.px(x) + 6)}" y="{_f(fr.py(y) - 6)}">'
+                    lx, ly, anchor = _place_label(fr.px(x), fr.py(y), label, placed, fr)
+                    g.append(f'<text class="point-label" x="{_f(lx)}" y="{_f(ly)}" text-anchor="{anchor}">'
                              f"{esc(label)}</text>")
             g.append("</g>")
             out += g
     for m in marks:
         out += _mark(m, fr)
-    out += _legend(series, fr)
+    if layout:
+        out += _legend(layout, 14)
     out.append("</svg>")
     return "".join(out)
 
 
-def bar_plot(rows: Sequence[tuple[str, float, str]], *, title: str, x_label: str, width: int = 540,
-             x_fmt: Callable[[float], str] = fmt_tick, ref: HLine | None = None) -> str:
-    """Horizontal bars: (label, value, colour). `ref` draws a vertical reference at ref.y."""
-    rows = [r for r in rows if r[1] is not None and math.isfinite(r[1])]
+@dataclass
+class Bar:
+    label: str
+    value: float | None
+    color: str
+    inner: float | None = None  # a part of the value drawn darker inside the bar (e.g. exposed copy time)
+
+
+def _place_label(x: float, y: float, text: str, placed: list[tuple[float, float, float, float]],
+                 fr: Frame) -> tuple[float, float, str]:
+    """A position for a point's label that overlaps no label placed before (greedy, ~6.5 px/char)."""
+    w, h = 6.5 * len(text), 11.0
+    right_edge = fr.width - fr.right
+    candidates = []
+    for dy in (-6, 14, -18, 26, -30, 38, -42):
+        candidates += [(x + 6, y + dy, "start"), (x - 6, y + dy, "end")]
+    for lx, ly, anchor in candidates:
+        x0 = lx if anchor == "start" else lx - w
+        box = (x0, ly - h, x0 + w, ly)
+        if box[0] < fr.left or box[2] > right_edge or box[1] < fr.top - 4 or box[3] > fr.height - fr.bottom:
+            continue
+        if all(box[2] <= b[0] or box[0] >= b[2] or box[3] <= b[1] or box[1] >= b[3] for b in placed):
+            placed.append(box)
+            return lx, ly, anchor
+    anchor = "end" if x + 6 + w > right_edge else "start"
+    return (x - 6 if anchor == "end" else x + 6), y - 6, anchor
+
+
+def bar_plot(rows: Sequence[Bar], *, title: str, x_label: str, width: int = 540,
+             x_fmt: Callable[[float], str] = fmt_tick, ref: HLine | None = None, inner_label: str = "") -> str:
+    """Horizontal bars, one per row; `ref` draws a vertical reference line at ref.y."""
+    rows = [r for r in rows if r.value is not None and math.isfinite(r.value)]
     if not rows:
         return ""
     bar_h, gap, top, bottom = 18, 8, 12, 40
-    label_w = min(260, 12 + 7 * max(len(r[0]) for r in rows))
+    label_w = min(260, 12 + 7 * max(len(r.label) for r in rows))
     height = top + bottom + len(rows) * (bar_h + gap)
-    hi = max([r[1] for r in rows] + ([ref.y] if ref else []))
-    lo = min(0.0, min(r[1] for r in rows))
-    ticks = nice_ticks(lo, hi * 1.08 if hi > 0 else 1.0)
+    hi = max([r.value for r in rows] + ([ref.y] if ref else []))
+    lo = min(0.0, min(r.value for r in rows))
+    ticks = nice_ticks(lo, hi * 1.12 if hi > 0 else 1.0)
     fr = Frame(width, height, left=label_w, right=24, top=top, bottom=bottom, x0=ticks[0], x1=ticks[-1], y0=0, y1=1)
     out = _svg_open(width, height, title)
     for t in ticks:
@@ -284,13 +359,22 @@ def bar_plot(rows: Sequence[tuple[str, float, str]], *, title: str, x_label: str
         out.append(f'<line class="grid" x1="{_f(x)}" y1="{top}" x2="{_f(x)}" y2="{height - bottom}"/>')
         out.append(f'<text class="tick" x="{_f(x)}" y="{height - bottom + 16}" text-anchor="middle">'
                    f"{esc(x_fmt(t))}</text>")
-    for i, (label, value, color) in enumerate(rows):
+    for i, r in enumerate(rows):
         y = top + i * (bar_h + gap)
-        xa, xb = fr.px(min(0.0, value)), fr.px(max(0.0, value))
-        out.append(f'<text class="tick" x="{label_w - 8}" y="{y + bar_h - 5}" text-anchor="end">{esc(label)}</text>')
+        xa, xb = fr.px(min(0.0, r.value)), fr.px(max(0.0, r.value))
+        shown = x_fmt(r.value)
+        tip = f"{r.label}: {shown}"
+        if r.inner is not None and math.isfinite(r.inner):
+            tip += f", {inner_label or 'of which'} {x_fmt(r.inner)}"
+            shown += f" ({x_fmt(r.inner)})"
+        out.append(f'<text class="tick" x="{label_w - 8}" y="{y + bar_h - 5}" text-anchor="end">{esc(r.label)}</text>')
         out.append(f'<rect class="bar" x="{_f(xa)}" y="{y}" width="{_f(max(xb - xa, 1.0))}" height="{bar_h}" '
-                   f'fill="{esc(color)}"><title>{esc(label)}: {esc(x_fmt(value))}</title></rect>')
-        out.append(f'<text class="bar-value" x="{_f(xb + 4)}" y="{y + bar_h - 5}">{esc(x_fmt(value))}</text>')
+                   f'fill="{esc(r.color)}" fill-opacity="0.55"><title>{esc(tip)}</title></rect>')
+        if r.inner is not None and math.isfinite(r.inner) and r.inner > 0:
+            xi = fr.px(min(r.inner, r.value))
+            out.append(f'<rect class="bar inner" x="{_f(xa)}" y="{y}" width="{_f(max(xi - xa, 1.0))}" '
+                       f'height="{bar_h}" fill="{esc(r.color)}"><title>{esc(tip)}</title></rect>')
+        out.append(f'<text class="bar-value" x="{_f(xb + 4)}" y="{y + bar_h - 5}">{esc(shown)}</text>')
     if ref is not None:
         x = fr.px(ref.y)
         out.append(f'<g class="hline"><line x1="{_f(x)}" y1="{top - 4}" x2="{_f(x)}" y2="{height - bottom}" '
