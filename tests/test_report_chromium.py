@@ -22,7 +22,7 @@ from gcdoctor.report.compare import load_run, render_compare_html
 from gcdoctor.report.html import render_html
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
-RUNS = sorted(p.parent for p in SAMPLES.glob("*/facts.json"))
+RUNS = sorted(p.parent for p in SAMPLES.rglob("facts.json"))
 
 CHECK = """<script>
 (function () {
@@ -67,10 +67,8 @@ def open_in_chromium(html: str, tmp_path: Path) -> tuple[dict, list[str]]:
     return json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&")), console
 
 
-def test_report_of_a_real_run_shows_every_plot_without_console_errors(tmp_path):
-    run = next((r for r in RUNS if (r / "telemetry.csv").is_file()), RUNS[0] if RUNS else None)
-    if run is None:
-        pytest.skip("no recorded runs under samples/")
+@pytest.mark.parametrize("run", RUNS, ids=[r.name for r in RUNS])
+def test_report_of_a_real_run_shows_every_plot_without_console_errors(tmp_path, run):
     facts = Facts.load(run / "facts.json")
     html = render_html(facts, evaluate(facts), run_dir=run)
     result, console = open_in_chromium(html, tmp_path)

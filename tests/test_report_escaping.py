@@ -17,7 +17,7 @@ from gcdoctor.report.compare import load_run, render_compare_html
 from gcdoctor.report.html import render_html
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
-RUNS = sorted(p.parent for p in SAMPLES.glob("*/facts.json"))
+RUNS = sorted(p.parent for p in SAMPLES.rglob("facts.json"))
 SCRIPT = "<script>alert(1)</script>"
 IMG = '"><img src=x onerror=alert(2)>'
 ATTR = "' onmouseover='alert(3)"

@@ -19,7 +19,7 @@ from gcdoctor.report.sweep import sweep_rows
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 SWEEP_RUN = SAMPLES / "cpu-tiny-llama-sweep"  # diagnose --probes sweep --memory-limit 400MB on the CPU
-RUNS = sorted(p.parent for p in SAMPLES.glob("*/facts.json"))
+RUNS = sorted(p.parent for p in SAMPLES.rglob("facts.json"))
 
 
 class Page(HTMLParser):
@@ -179,6 +179,16 @@ def test_every_recorded_run_renders_a_section_per_measured_probe(run):
         if present:
             assert sid in ids, sid
     assert ids[0] == "bottom-line" and ids[-1] == "environment"
+
+
+@pytest.mark.parametrize("run", [r for r in RUNS if load(r)[0].sweep is not None],
+                         ids=[r.name for r in RUNS if load(r)[0].sweep is not None])
+def test_sweep_table_of_every_recorded_run_matches_its_facts(run):
+    facts, verdicts = load(run)
+    rows = Page(render_html(facts, verdicts)).rows
+    ordered = sorted(facts.sweep.measurements, key=lambda m: (m.variant != "no_gc", m.batch_size))
+    for m, expected in zip(ordered, sweep_rows(facts)):
+        assert rows[f"{m.variant}:{m.batch_size}"] == [str(x) for x in expected]
 
 
 def test_sections_without_facts_are_skipped():

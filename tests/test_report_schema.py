@@ -16,7 +16,7 @@ from gcdoctor.report.schema import render_reference, splice
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "report-schema.md"
-RUNS = sorted(p.parent for p in (REPO / "samples").glob("*/facts.json"))
+RUNS = sorted(p.parent for p in (REPO / "samples").rglob("facts.json"))
 PRIMITIVE = {"int", "float", "str", "bool", "null", "any"}
 
 

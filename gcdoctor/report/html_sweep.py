@@ -21,7 +21,9 @@ def max_batch_text(s: SweepFacts, variant: str) -> str:
     if variant not in s.max_batch:
         return "not searched"
     if b is None:
-        return "none fits"
+        return "none fits" if s.searched else "none of the fixed batch sizes fits"
+    if not s.searched:
+        return f"{b} (largest of the fixed --batch-sizes; the boundary was not searched)"
     return f"≥ {b} (search capped)" if s.max_batch_capped.get(variant) else str(b)
 
 
@@ -50,7 +52,7 @@ def key_numbers(facts: Facts) -> list[tuple[str, str, str]]:
             where = f"; out of memory at {oom[0]} ({oom[1] or 'phase unknown'})" if oom else ""
             rows.append((f"max-batch-{v}", f"largest batch {VARIANT_TEXT.get(v, v)}", max_batch_text(s, v) + where))
     off, on = s.max_batch.get("no_gc"), s.max_batch.get("gc")
-    if off and on:
+    if off and on and s.searched:
         rows.append(("max-batch-gain", "batch gain from checkpointing", f"{on / off:.2f}x"))
     pair = equal_batch(s)
     if pair:
@@ -80,7 +82,10 @@ def _memory_plot(facts: Facts, limit: tuple[int, str] | None) -> str:
     s = facts.sweep
     all_peaks = [m.peak_allocated_bytes for m in s.measurements if m.peak_allocated_bytes] + \
                 [t.peak_allocated_bytes for t in s.trials if t.peak_allocated_bytes]
-    top = max(all_peaks + ([limit[0]] if limit else []), default=0)
+    any_oom = any(first_oom(s, v) for v in variants_of(s))
+    # a limit far above every peak would squash the curves flat: draw it only where it matters
+    draw_limit = limit is not None and (any_oom or max(all_peaks, default=0) >= 0.25 * limit[0])
+    top = max(all_peaks + ([limit[0]] if draw_limit else []), default=0)
     unit, div = ("GiB", GIB) if top >= GIB else ("MiB", MIB)
     series, marks = [], []
     for i, v in enumerate(variants_of(s)):
@@ -98,10 +103,10 @@ def _memory_plot(facts: Facts, limit: tuple[int, str] | None) -> str:
                                  markers=False))
         oom = first_oom(s, v)
         if oom:
-            y = (limit[0] if limit else top) / div
+            y = (limit[0] if limit and draw_limit else top) / div
             # alternate labels above and below the limit line so two OOM points never overprint
             marks.append(Mark(oom[0], y, f"{v} OOM at {oom[0]}", color=color, dy=-7.0 if len(marks) % 2 == 0 else 16.0))
-    hlines = [HLine(limit[0] / div, f"{limit[1]} {limit[0] / div:,.2f} {unit}")] if limit else []
+    hlines = [HLine(limit[0] / div, f"{limit[1]} {limit[0] / div:,.2f} {unit}")] if draw_limit else []
     return line_plot(series, title="Peak allocated memory versus batch size", x_label="batch size (log scale)",
                      y_label=f"peak allocated ({unit})", x_log2=True, marks=marks, hlines=hlines)
 
@@ -139,9 +144,14 @@ def sweep_section(facts: Facts, config: dict | None = None) -> str:
     keys = table(["", "value"], [[label, value] for _, label, value in rows], css="key-numbers",
                  ids=[rid for rid, _, _ in rows])
     limit = memory_limit(facts, config)
+    caption = "Peak allocated memory per step; × marks the smallest batch that ran out of memory."
+    if any(m.predicted_peak_bytes for m in s.measurements):
+        caption += " Dashed: the memory model's prediction."
+    peaks = [m.peak_allocated_bytes for m in s.measurements if m.peak_allocated_bytes]
+    if limit and peaks and not any(first_oom(s, v) for v in variants_of(s)) and max(peaks) < 0.25 * limit[0]:
+        caption += f" The {limit[1]} ({fbytes(limit[0])}) is far above every peak and not drawn."
     plots = figures(
-        figure(_memory_plot(facts, limit), "Peak allocated memory per step; × marks the smallest batch that ran "
-               "out of memory; dashed lines are the memory model's prediction where it ran."),
+        figure(_memory_plot(facts, limit), caption),
         figure(_metric_plot(facts, "step_ms_median", "Step time versus batch size", "median step (ms)"),
                "Median step time (forward, loss, backward, optimizer), unprofiled."),
         figure(_metric_plot(facts, "tokens_per_s", "Throughput versus batch size", "tokens/s"),

@@ -26,7 +26,8 @@ PANELS = [
     ("PCIe throughput", "GB/s", ["{d}.pcie_rx_gbs", "{d}.pcie_tx_gbs"]),
     ("Device power", "W", ["{d}.power_w"]),
     ("SM clock", "MHz", ["{d}.sm_clock_mhz"]),
-    ("Host CPU", "%", ["cpu_pct", "cpu_max_core_pct", "proc_cpu_pct", "cpu_iowait_pct"]),
+    ("Host CPU", "%", ["cpu_pct", "cpu_max_core_pct", "cpu_iowait_pct"]),
+    ("CPU of the training process", "% of one core", ["proc_cpu_pct"]),
     ("Host memory", "bytes", ["proc_rss_bytes", "host_mem_used_bytes"]),
 ]
 MAX_BANDS = 1500  # beyond this the steps are drawn as one band per measurement
@@ -143,7 +144,10 @@ def timeline(run_dir: Path, facts: Facts) -> Raw:
         return Raw("")
     legend = "".join(f'<span class="swatch" style="background:{esc(c)}"></span>{esc(v)} ' for v, c in colors.items())
     n_steps = len(steps)
-    head = para(f"{len(walls):,} samples over {walls[-1] - walls[0]:,.1f} s; {n_steps:,} steps from events.jsonl.")
+    # NVML: utilisation is "over the past sample period", 1/6 s to 1 s depending on the product
+    head = para(f"{len(walls):,} samples over {walls[-1] - walls[0]:,.1f} s; {n_steps:,} steps from events.jsonl. "
+                "Device counters average over their own window (utilisation up to 1 s, power about 1 s), so they "
+                "can trail the shading; profiled steps emit no step events and are not shaded.")
     return Raw(head + (f'<p class="legend-line">steps: {legend}</p>' if legend else "") +
                f'<div class="timeline">{"".join(figs)}</div>')
 
