@@ -1,0 +1,214 @@
+"""GC021 host-bound-step."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gcdoctor.engine import Evidence, Rule, Verdict
+from gcdoctor.facts import Facts
+from gcdoctor.facts.offload import summary_value
+from gcdoctor.facts.trace import TraceMetrics
+from gcdoctor.rules._offload import PHASES, CpuLoad, cpu_load, measurement_for, ms, pct, run_keys, steps_in, window
+
+WHERE = {
+    "optimizer": "the optimizer step (a CPU optimizer such as DeepSpeed's CPU Adam, or a per-parameter Python loop)",
+    "forward": "Python and launch work inside the forward (see GC010 for launch-bound granularity)",
+    "loss": "Python and launch work inside the loss",
+    "ckpt-forward": "Python and launch work inside checkpointed regions (see GC010)",
+    "backward": "autograd and launch work inside the backward",
+    "recompute": "Python and launch work inside the recomputation (see GC010)",
+    "outside": "work outside the labelled phases: between steps (data loading, logging, synchronisation)",
+}
+
+
+SHORT = {"optimizer": "the optimizer step", "forward": "the forward", "loss": "the loss",
+         "ckpt-forward": "checkpointed forwards", "backward": "the backward", "recompute": "the recomputation",
+         "outside": "work outside the labelled phases"}
+
+
+@dataclass
+class HostReading:
+    subject: str
+    host_wait_share: float  # device idle waiting for the host, of the device window
+    idle_share: float | None
+    host_wait_ms: float | None  # per step where the trace has step windows
+    per_step: bool
+    cpu: CpuLoad | None  # telemetry over the measured steps
+    trace_host_busy_share: float | None  # host time inside CPU ops (sync calls excluded) / host wall
+    util_mean_pct: float | None = None
+    util_min_pct: float | None = None
+    step_ms: float | None = None
+    where: str | None = None  # phase with the most host time the device did not match, or "outside"
+    where_share: float | None = None  # that host time, of the host-wait idle
+
+
+class HostBoundStepRule(Rule):
+    """What it checks:
+    For every profiled variant of the run (or a bare trace), whether the device starves because
+    the host cannot keep up: device idle time whose next operation had not yet been issued by the
+    host (host-wait idle, HTA's definition) takes a material share of the step while the host CPU
+    is saturated. It says in which phase the device waited most: the optimizer step, the forward,
+    backward or recomputation, or outside the labelled phases (between steps: data loading). On a
+    bare trace it judges the trace alone, reading host saturation from the CPU ops' coverage of the
+    host time.
+
+    Why it matters:
+    Checkpointing trades device memory for device compute. When the host sets the pace, extra
+    compute is free and saved memory buys nothing: the step is as slow as the host's data loading,
+    its CPU optimizer (ZeRO-Offload runs Adam on the host) or its Python and launch overhead. The fix
+    is on the host, and turning checkpointing off does not make the step faster.
+
+    Evidence:
+    From the trace of the profiled steps: host-wait idle per step and as a share of the device
+    window, all idle, the phase holding most of the host-wait idle. From telemetry over the measured
+    steps: host CPU, the busiest core, the process's CPU (100 = one core), device utilisation mean
+    and minimum. Without telemetry: the share of the host time spent inside CPU ops.
+
+    How to fix:
+    Data loading: DataLoader workers (num_workers, pin_memory, prefetch_factor), pre-tokenised data.
+    CPU optimizer: more threads for it, fewer offloaded states, or a fused optimizer on the device
+    where memory allows. Python and launch overhead: fewer, larger checkpoint regions, CUDA graphs or
+    torch.compile. Check that no other process competes for the cores.
+    """
+
+    code = "GC021"
+    slug = "host-bound-step"
+    title = "Host-bound step"
+    requires = ()  # profiled traces of a run, or a bare trace: checked in check()
+    defaults = {
+        # a fifth of the step idle waiting for the host: beyond the launch gaps of a healthy step (a few
+        # percent) and half of Nsight Systems' "GPU utilisation < 50%" line (REFERENCES.md section 5)
+        "min_host_wait_share": 0.2,
+        # CPU saturation lines, as GC041: a core above 95% is a thread that never pauses (one Python
+        # thread holding the GIL); the process at 95% of one core; the whole host at 90%
+        "core_busy_pct": 95.0,
+        "proc_busy_pct": 95.0,
+        "host_busy_pct": 90.0,
+        # trace alone: the host is inside CPU ops (waiting in synchronisation calls excluded) for at
+        # least 90% of the traced host time: it has no slack to issue work earlier
+        "trace_host_busy_share": 0.9,
+    }
+
+    def check(self, facts: Facts, t: dict[str, float]) -> list[Verdict]:
+        keys = run_keys(facts)
+        if not keys:
+            return [self.inconclusive("no profiled trace in the facts (run with profiling, or analyze a trace)")]
+        readings, why_not = [], []
+        for key in keys:
+            tm = facts.trace[key]
+            if tm.device_unavailable or not tm.device_window_us or tm.idle_host_wait_us is None:
+                why_not.append(f"{key}: {tm.device_unavailable or 'no device activity'}")
+                continue
+            readings.append(self._reading(facts, key, tm))
+        if not readings and facts.environment.device_kind == "cpu":
+            return [self.inconclusive("CPU run: the traces have no device, so there is no device to starve")]
+        if not readings:
+            return [self.inconclusive("the traces have no device activity, so there is no device to starve ("
+                                      + "; ".join(why_not[:3]) + ("; ..." if len(why_not) > 3 else "") + ")")]
+        out, passed, undecided = [], [], []
+        for r in readings:
+            v = self._judge(r, facts, t)
+            if v is None:
+                undecided.append(r.subject)
+            elif v.status == "fired":
+                out.append(v)
+            else:
+                passed.append(v)
+        if out:
+            return out
+        if len(readings) == 1 and passed:
+            return passed
+        worst = max(readings, key=lambda r: r.host_wait_share)
+        ev = [Evidence(f"largest host-wait idle ({worst.subject})", pct(worst.host_wait_share), "% of the device window"),
+              Evidence("profiled windows judged", len(readings) - len(undecided))]
+        if len(undecided) == len(readings):
+            return [self.inconclusive("host-wait idle is material but the host CPU load is unknown (no telemetry, "
+                                      "no host ops in the trace): " + ", ".join(undecided))]
+        return [self.passed(f"The device does not starve on the host: host-wait idle at most "
+                            f"{pct(worst.host_wait_share):.0f}% of the device window, or the host is not saturated",
+                            ev)]
+
+    def _reading(self, facts: Facts, key: str, tm: TraceMetrics) -> HostReading:
+        steps = steps_in(facts, key)
+        w = tm.device_window_us
+        m = measurement_for(facts, key) if key != "all" else None
+        tel = m.telemetry if m is not None else {}
+        cpu = cpu_load(tel) if tel else None
+        dk = facts.offload.device_key if facts.offload is not None else "gpu0"
+        busy = None
+        if tm.cpu_busy_us is not None and tm.wall_us:
+            busy = max(tm.cpu_busy_us - (tm.sync_call_us or 0.0), 0.0) / tm.wall_us
+        r = HostReading(subject=key if key != "all" else "trace", host_wait_share=tm.idle_host_wait_us / w,
+                        idle_share=None if tm.idle_us is None else tm.idle_us / w,
+                        host_wait_ms=ms(tm.idle_host_wait_us, steps), per_step=steps is not None, cpu=cpu,
+                        trace_host_busy_share=busy, util_mean_pct=summary_value(tel, f"{dk}.util_pct", "mean"),
+                        util_min_pct=summary_value(tel, f"{dk}.util_pct", "min"),
+                        step_ms=m.step_ms_median if m is not None else None)
+        r.where, r.where_share = _where(facts, key, tm)
+        return r
+
+    def _judge(self, r: HostReading, facts: Facts, t: dict[str, float]) -> Verdict | None:
+        """Fired or passed; None when the host-wait idle is material but the CPU load is unknown."""
+        ev = [Evidence("host-wait idle", pct(r.host_wait_share), "% of the device window"),
+              Evidence("host-wait idle", r.host_wait_ms, "ms/step" if r.per_step else "ms in the trace"),
+              Evidence("device idle, all", pct(r.idle_share), "% of the device window")]
+        if r.step_ms is not None:
+            ev.append(Evidence("step", r.step_ms, "ms"))
+        if r.where is not None:
+            ev.append(Evidence(f"where the host spent it: {r.where} (host time the device did not match, share of "
+                               "the host-wait idle)", pct(r.where_share), "%"))
+        telemetry = r.cpu is not None and r.cpu.known
+        if telemetry:
+            ev += [Evidence("host CPU mean", r.cpu.cpu_pct, "%"), Evidence("busiest core mean", r.cpu.max_core_pct, "%"),
+                   Evidence("process CPU mean (100 = one core)", r.cpu.proc_pct, "%"),
+                   Evidence("device utilisation mean", r.util_mean_pct, "%"),
+                   Evidence("device utilisation min", r.util_min_pct, "%")]
+        else:
+            reason = ("a bare trace" if r.subject == "trace"
+                      else facts.missing_reason("telemetry") if facts.telemetry is None else "no samples for this window")
+            ev += [Evidence("telemetry", f"unavailable ({reason}): judged on the trace alone"),
+                   Evidence("host time inside CPU ops (sync calls excluded)", pct(r.trace_host_busy_share), "%")]
+        if r.host_wait_share < t["min_host_wait_share"]:
+            return self.passed(f"{r.subject}: host-wait idle {pct(r.host_wait_share):.0f}% of the device window",
+                               ev, subject=r.subject)
+        if telemetry:
+            saturated = r.cpu.saturated(t)
+        elif r.trace_host_busy_share is not None:
+            saturated = r.trace_host_busy_share >= t["trace_host_busy_share"]
+        else:
+            return None
+        if not saturated:
+            return self.passed(f"{r.subject}: the device waits on the host {pct(r.host_wait_share):.0f}% of the "
+                               "time, but the host is not saturated (waiting on something else: I/O, a lock, "
+                               "another process)", ev, subject=r.subject)
+        where = WHERE.get(r.where or "", "the host")
+        return self.fired(
+            "warning", f"{r.subject}: the device waits on a saturated host {pct(r.host_wait_share):.0f}% of the "
+            f"step" + (f", mostly in {SHORT[r.where]}" if r.where else ""), ev,
+            f"The device sat idle with its next operation not yet issued for {pct(r.host_wait_share):.0f}% of the "
+            f"device window while the host was saturated: the host sets the pace, most of it in {where}. "
+            "Checkpointing cannot help here and its recompute is nearly free."
+            + (" Telemetry unavailable: judged on the trace alone." if not telemetry else "")
+            + (" This variant offloads to the host: see GC020 for the stall it causes." if r.subject.startswith(
+                "offload/") else ""),
+            "Data loading: DataLoader workers (num_workers, pin_memory, prefetch_factor), pre-tokenised data. CPU "
+            "optimizer: more threads for it (OMP_NUM_THREADS, free cores), fewer offloaded states, or a fused "
+            "optimizer on the device. Python/launch overhead: fewer, larger checkpoint regions, CUDA graphs or "
+            "torch.compile. Make sure no other process competes for the cores.", subject=r.subject)
+
+
+def _where(facts: Facts, key: str, tm: TraceMetrics) -> tuple[str | None, float | None]:
+    """Where the host spent the time the device waited: the labelled phase with the most host time not
+    matched by device work (its host time minus its device busy time), or "outside" the labelled
+    phases when those explain less than half of the host-wait idle. None without phase windows."""
+    wait = tm.idle_host_wait_us or 0.0
+    excess = {}
+    for phase in PHASES:
+        pw = window(facts, key, phase)
+        if pw is not None and pw.wall_us is not None:
+            excess[phase] = max(pw.wall_us - (pw.busy_us or 0.0), 0.0)
+    if not excess or wait <= 0:
+        return None, None
+    phase = max(excess, key=excess.get)
+    if excess[phase] < 0.5 * wait:
+        return "outside", None
+    return phase, min(excess[phase] / wait, 1.0)
