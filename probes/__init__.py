@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from gcdoctor.errors import UserError
 from gcdoctor.probes.batch_sweep import SweepProbe
+from gcdoctor.probes.offload import OffloadProbe
 
-PROBES = [SweepProbe()]
+PROBES = [SweepProbe(), OffloadProbe()]
 
 
 def select_probes(names: list[str] | None, device_kind: str) -> list:
