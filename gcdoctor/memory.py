@@ -1,0 +1,807 @@
+"""Analytic memory model of one training step of a decoder-only transformer (no torch).
+
+It predicts what `max_memory_allocated` reads for the step gcdoctor measures (capture.py):
+a model built in `dtype`, `out = model(input_ids=ids, labels=ids)`, `out.loss.backward()`,
+`optimizer.step()`, `optimizer.zero_grad(set_to_none=True)`, peaks reset at the step start,
+after a warm-up step (so optimizer states exist). See docs/memory-model.md for each term.
+
+Instead of adding up a few closed-form terms, the model replays the step as a timeline of
+allocations and frees, tensor by tensor, in the order PyTorch's autograd runs them for a
+Hugging Face Llama-style layer (RMSNorm, GQA attention with RoPE and SDPA/flash, SwiGLU
+MLP, fp32 log-softmax loss). Sizes are exact functions of the config, so the peak, the
+moment it happens ("backward of layer 31, MLP") and what is live then all come out of one
+walk. The order and lifetimes were read off the CPU (every storage's birth and death,
+torch 2.13, transformers 5.24); the tests check them against CPU measurements.
+Device-specific kernel workspaces (flash-attention backward, embedding backward, cuBLAS)
+are invisible on the CPU and are added for CUDA/MUSA from the kernels' source.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gcdoctor.errors import UserError
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+OPTIMIZERS = ("adamw", "sgd")
+DEVICE_KINDS = ("cuda", "musa", "cpu")
+# Architectures whose layer the timeline replays exactly (Llama layout, optional q/k/v bias).
+EXACT_TYPES = ("llama", "mistral", "qwen2")
+
+GiB = 1024 ** 3
+MiB = 1024 ** 2
+
+# The CUDA caching allocator hands out blocks in multiples of 512 bytes (kMinBlockSize in
+# c10/cuda/CUDACachingAllocator.cpp); max_memory_allocated counts the rounded sizes.
+CUDA_BLOCK_BYTES = 512
+# cuBLAS workspaces live in the caching allocator: 32 MiB per (handle, stream) on sm90
+# (CUBLAS_WORKSPACE_CONFIG default :4096:8 on Hopper, aten/src/ATen/cuda/CublasHandlePool.cpp).
+# Forward runs on the main thread and backward on autograd's device thread, two handles.
+# Allocated in the warm-up step, so it is in the measured baseline. Settled by the H200 run.
+CUDA_BLAS_WORKSPACE_BYTES = 2 * 32 * MiB
+# Device memory the allocator never gets: the CUDA/MUSA context and loaded kernels
+# (REFERENCES.md §6: NVML "used" includes a context of about 0.3-0.6 GB).
+DEVICE_CONTEXT_BYTES = 512 * MiB
+# Headroom for the caching allocator's fragmentation: reserved exceeds allocated at the
+# peak (blocks cut from larger segments, segments kept per size class). Lightning's batch
+# finder keeps 5% (REFERENCES.md §3); we keep 2% because gcdoctor's peak already includes
+# every transient. Calibrated by peak_reserved / peak_allocated in bench/memory_model_gpu.py.
+FRAGMENTATION_FRACTION = 0.02
+
+# Categories of live bytes, for the breakdown at a peak.
+CATEGORIES = ("params", "optimizer_states", "grads", "activations", "logits_loss",
+              "transients", "workspace", "inputs")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One configuration of the measured training step."""
+
+    batch_size: int
+    seq_len: int
+    dtype: str = "bf16"
+    optimizer: str = "adamw"
+    gc: bool = False  # layer-level checkpointing (non-reentrant), decoder layers only
+    device: str = "cuda"
+    master_weights: bool = False  # fp32 master copy + fp32 Adam states (plan only; not measured)
+    # The step keeps `out` (and so its logits) alive from the forward to the step's end,
+    # as `out = model(...); out.loss.backward(); optimizer.step()` does.
+    keep_logits: bool = True
+
+    def check(self) -> None:
+        if self.dtype not in DTYPE_BYTES:
+            raise UserError(f"dtype {self.dtype!r}: use one of {', '.join(DTYPE_BYTES)}")
+        if self.optimizer not in OPTIMIZERS:
+            raise UserError(f"optimizer {self.optimizer!r}: use one of {', '.join(OPTIMIZERS)}")
+        if self.device not in DEVICE_KINDS:
+            raise UserError(f"device {self.device!r}: use one of {', '.join(DEVICE_KINDS)}")
+        if self.batch_size < 1 or self.seq_len < 1:
+            raise UserError(f"batch size and sequence length must be positive "
+                            f"(got {self.batch_size}, {self.seq_len})")
+        if self.master_weights and self.dtype == "fp32":
+            raise UserError("fp32 master weights only make sense with a bf16/fp16 model")
+
+
+@dataclass
+class ModelStates:
+    """Bytes that live across steps (and grads, which live from backward to zero_grad)."""
+
+    n_params: int
+    n_param_tensors: int
+    param_bytes: int
+    grad_bytes: int
+    optimizer_state_bytes: int  # Adam exp_avg + exp_avg_sq (+ step tensors on the CPU)
+    master_weight_bytes: int  # fp32 copy of the weights, mixed precision only
+    buffer_bytes: int  # RoPE inv_freq buffers (fp32)
+    optimizer_transient_bytes: int  # extra bytes allocated inside optimizer.step()
+
+    @property
+    def resident_bytes(self) -> int:
+        """What is allocated between steps (grads are None after zero_grad(set_to_none=True))."""
+        return self.param_bytes + self.optimizer_state_bytes + self.master_weight_bytes + self.buffer_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        """Params, grads and optimizer states: the 'model states' of the literature."""
+        return self.resident_bytes + self.grad_bytes
+
+
+@dataclass
+class Peak:
+    bytes: int = 0
+    where: str = ""
+    breakdown: dict[str, int] = field(default_factory=dict)  # category -> live bytes at the peak
+
+
+@dataclass
+class Prediction:
+    """Predicted memory of one workload, with the terms that make it up."""
+
+    workload: Workload
+    states: ModelStates
+    baseline_bytes: int  # allocated at the step start: resident states + workspaces + inputs
+    forward: Peak  # forward + loss
+    backward: Peak
+    optimizer: Peak
+    activations_after_forward_bytes: int  # live after forward+loss minus the baseline
+    saved_per_layer_bytes: int  # saved for backward by one decoder layer (no GC) or its checkpoint (GC)
+    layer_activation_bytes: int  # one decoder layer's saved tensors without checkpointing
+    loss_block_bytes: int  # logits, fp32 upcast and log-probs at the forward's loss
+    approximate: bool = False  # the architecture is not one the timeline replays exactly
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def fwd_bwd(self) -> Peak:
+        return self.forward if self.forward.bytes >= self.backward.bytes else self.backward
+
+    @property
+    def peak(self) -> Peak:
+        fb = self.fwd_bwd
+        return fb if fb.bytes >= self.optimizer.bytes else self.optimizer
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.peak.bytes
+
+    @property
+    def peak_phase(self) -> str:
+        p = self.peak
+        return "optimizer step" if p is self.optimizer else ("forward" if p is self.forward else "backward")
+
+    def terms(self) -> dict[str, int]:
+        """Named terms for facts and reports (bytes)."""
+        s = self.states
+        return {
+            "params": s.param_bytes, "grads": s.grad_bytes, "optimizer_states": s.optimizer_state_bytes,
+            "master_weights": s.master_weight_bytes, "buffers": s.buffer_bytes,
+            "optimizer_transient": s.optimizer_transient_bytes,
+            "baseline": self.baseline_bytes,
+            "activations_after_forward": self.activations_after_forward_bytes,
+            "saved_per_layer": self.saved_per_layer_bytes,
+            "layer_activations": self.layer_activation_bytes,
+            "loss_block": self.loss_block_bytes,
+            "forward_peak": self.forward.bytes, "backward_peak": self.backward.bytes,
+            "optimizer_peak": self.optimizer.bytes, "peak": self.peak_bytes,
+        }
+
+
+# ---------------------------------------------------------------------------------------
+# dimensions
+
+
+@dataclass(frozen=True)
+class _Dims:
+    h: int  # hidden
+    q: int  # query width = heads x head_dim
+    kv: int  # key/value width = kv_heads x head_dim
+    f: int  # MLP intermediate
+    a: int  # attention heads
+    hd: int  # head dim
+    V: int  # vocabulary
+    L: int  # decoder layers
+    tied: bool
+    qkv_bias: bool
+    o_bias: bool
+    mlp_bias: bool
+    e: int  # bytes per element of the model dtype
+    T: int  # tokens per step = batch x seq
+    b: int
+    s: int
+
+    @property
+    def cast(self) -> bool:
+        """RMSNorm and the loss upcast to fp32: a copy unless the model already is fp32."""
+        return self.e != 4
+
+
+def _dims(spec: Any, w: Workload) -> _Dims:
+    return _Dims(
+        h=spec.hidden_size, q=spec.n_heads * spec.head_dim, kv=spec.n_kv_heads * spec.head_dim,
+        f=spec.intermediate_size, a=spec.n_heads, hd=spec.head_dim, V=spec.vocab_size, L=spec.n_layers,
+        tied=bool(spec.tie_word_embeddings), qkv_bias=bool(spec.attention_bias),
+        o_bias=bool(spec.attention_bias) and spec.model_type == "llama", mlp_bias=bool(spec.mlp_bias),
+        e=DTYPE_BYTES[w.dtype], T=w.batch_size * w.seq_len, b=w.batch_size, s=w.seq_len,
+    )
+
+
+def _layer_weights(d: _Dims) -> dict[str, int]:
+    """Elements of each parameter tensor of one decoder layer (bias folded into its matrix)."""
+    return {
+        "q": d.h * d.q + (d.q if d.qkv_bias else 0),
+        "k": d.h * d.kv + (d.kv if d.qkv_bias else 0),
+        "v": d.h * d.kv + (d.kv if d.qkv_bias else 0),
+        "o": d.q * d.h + (d.h if d.o_bias else 0),
+        "gate": d.h * d.f + (d.f if d.mlp_bias else 0),
+        "up": d.h * d.f + (d.f if d.mlp_bias else 0),
+        "down": d.f * d.h + (d.h if d.mlp_bias else 0),
+        "norm1": d.h, "norm2": d.h,
+    }
+
+
+def _n_param_tensors(d: _Dims) -> int:
+    per_layer = 9 + (3 if d.qkv_bias else 0) + (1 if d.o_bias else 0) + (3 if d.mlp_bias else 0)
+    return 1 + d.L * per_layer + 1 + (0 if d.tied else 1)
+
+
+def model_states(spec: Any, dtype: str = "bf16", optimizer: str = "adamw", device: str = "cuda",
+                 master_weights: bool = False) -> ModelStates:
+    """Parameters, gradients and optimizer states, in bytes (exact for the built model).
+
+    - params and grads in the model dtype (grads take the parameter's dtype);
+    - AdamW (torch.optim, foreach): exp_avg and exp_avg_sq in the parameter dtype, plus a
+      float32 `step` scalar per parameter tensor that lives on the CPU unless capturable/fused
+      (so it costs device memory only on the CPU backend); SGD without momentum keeps nothing;
+    - mixed precision (`master_weights`): an fp32 copy of the weights and fp32 Adam states
+      beside the bf16 weights and grads (Megatron/DeepSpeed style, 2+2+4+8 = 16 bytes/param).
+    - inside `step()`, foreach AdamW allocates `torch._foreach_sqrt(exp_avg_sq)`, one
+      parameter-sized tensor (torch/optim/adam.py `_multi_tensor_adam`); with master weights
+      the fp32 step also needs an fp32 copy of the grads.
+    """
+    w = Workload(1, 1, dtype=dtype, optimizer=optimizer, device=device, master_weights=master_weights)
+    w.check()
+    d = _dims(spec, w)
+    n = spec.param_count()
+    nt = _n_param_tensors(d)
+    e = d.e
+    params, grads = n * e, n * e
+    master = 4 * n if master_weights else 0
+    state = 0
+    transient = 0
+    if optimizer == "adamw":
+        state = 2 * n * (4 if master_weights else e)
+        if device == "cpu":
+            state += 4 * nt
+        transient = n * (4 if master_weights else e)
+    if master_weights:
+        transient += 4 * n  # fp32 copy of the bf16 grads for the fp32 update
+    # LlamaRotaryEmbedding keeps inv_freq and original_inv_freq, fp32, head_dim/2 each.
+    buffers = 2 * 4 * (d.hd // 2)
+    return ModelStates(n_params=n, n_param_tensors=nt, param_bytes=params, grad_bytes=grads,
+                       optimizer_state_bytes=state, master_weight_bytes=master, buffer_bytes=buffers,
+                       optimizer_transient_bytes=transient)
+
+
+def layer_activation_bytes_per_token(spec: Any, dtype: str = "bf16") -> int:
+    """Bytes one decoder layer saves for backward per token, without checkpointing.
+
+    Two RMSNorms: fp32 input (4h; the input itself in fp32), rstd (4), normalised x (e*h),
+    output (e*h, saved by the next matmul); q and k after RoPE (e*q, e*kv), v (e*kv), SDPA
+    output (e*q, also o_proj's input) and log-sum-exp (4 per head); SwiGLU gate, SiLU, up and
+    their product (4*e*f). For bf16 Llama-3: 20h + 4h_kv + 8f + 4a + 8 (REFERENCES.md §1).
+    """
+    w = Workload(1, 1, dtype=dtype)
+    w.check()
+    d = _dims(spec, w)
+    e = d.e
+    norm = 4 * d.h + 4 + 2 * e * d.h
+    attn = e * (2 * d.q + 2 * d.kv) + 4 * d.a
+    mlp = 4 * e * d.f
+    return 2 * norm + attn + mlp
+
+
+def checkpoint_residue_bytes_per_token(spec: Any, dtype: str = "bf16") -> int:
+    """With layer checkpointing a layer keeps only its input hidden state (e*h per token)."""
+    return DTYPE_BYTES[dtype] * spec.hidden_size
+
+
+# ---------------------------------------------------------------------------------------
+# the timeline
+
+
+class _Timeline:
+    """Live tensors by name, running total, and the peak of the current phase."""
+
+    def __init__(self, round_to: int = 1) -> None:
+        self.live: dict[str, tuple[int, str]] = {}
+        self.by_cat: dict[str, int] = dict.fromkeys(CATEGORIES, 0)
+        self.total = 0
+        self.round_to = round_to
+        self.where = ""
+        self.peak = Peak()
+
+    def at(self, where: str) -> None:
+        self.where = where
+
+    def alloc(self, name: str, nbytes: int, cat: str) -> None:
+        if nbytes <= 0:
+            return
+        if self.round_to > 1:
+            nbytes = -(-nbytes // self.round_to) * self.round_to
+        if name in self.live:
+            raise AssertionError(f"memory timeline: {name} allocated twice")
+        self.live[name] = (nbytes, cat)
+        self.by_cat[cat] += nbytes
+        self.total += nbytes
+        if self.total > self.peak.bytes:
+            self.peak = Peak(self.total, self.where, {k: v for k, v in self.by_cat.items() if v})
+
+    def free(self, *names: str) -> None:
+        for name in names:
+            item = self.live.pop(name, None)
+            if item is not None:
+                self.total -= item[0]
+                self.by_cat[item[1]] -= item[0]
+
+    def has(self, name: str) -> bool:
+        return name in self.live
+
+    def rename(self, old: str, new: str) -> None:
+        self.live[new] = self.live.pop(old)
+
+    def accumulate(self, target: str, first: str, second: str, nbytes: int, in_place: bool) -> None:
+        """Autograd's InputBuffer summing two grads of one tensor: in place into the first
+        when it holds the last reference (real devices), else a new tensor (see _Semantics)."""
+        if in_place:
+            self.free(second)
+            self.rename(first, target)
+        else:
+            self.alloc(target, nbytes, TMP)
+            self.free(first, second)
+
+    def new_phase(self) -> Peak:
+        """End the current phase: return its peak and start the next from the current total."""
+        done = self.peak
+        self.peak = Peak(self.total, self.where, {k: v for k, v in self.by_cat.items() if v})
+        return done
+
+
+ACT, TMP, GRAD, LOSS = "activations", "transients", "grads", "logits_loss"
+
+
+def _norm_forward(tl: _Timeline, d: _Dims, p: str, x: str, keep: bool) -> str:
+    """LlamaRMSNorm: x.to(fp32); pow(2).mean; rsqrt; x*rstd; .to(dtype); weight*x."""
+    T, h, e = d.T, d.h, d.e
+    if d.cast:
+        tl.alloc(p + "x32", 4 * h * T, ACT)
+    tl.alloc(p + "sq", 4 * h * T, TMP)
+    tl.alloc(p + "var", 4 * T, TMP)
+    tl.free(p + "sq")
+    tl.alloc(p + "rstd", 4 * T, ACT)
+    tl.free(p + "var")
+    tl.alloc(p + "n32", 4 * h * T, ACT)
+    if not keep:
+        tl.free(p + "x32", p + "rstd")
+    if d.cast:
+        tl.alloc(p + "n", e * h * T, ACT)
+    tl.alloc(p + "y", e * h * T, ACT)
+    if d.cast:
+        tl.free(p + "n32")
+    if not keep:
+        tl.free(p + "n", p + "n32")
+    return p + "y"
+
+
+def _rope_forward(tl: _Timeline, d: _Dims, p: str, width: int) -> None:
+    """q*cos + rotate_half(q)*sin: product, negated half, cat, second product, sum."""
+    e, T = d.e, d.T
+    tl.alloc(p + "t1", e * width * T, TMP)
+    tl.alloc(p + "neg", e * width * T // 2, TMP)
+    tl.alloc(p + "cat", e * width * T, TMP)
+    tl.free(p + "neg")
+    tl.alloc(p + "t2", e * width * T, TMP)
+    tl.free(p + "cat")
+    tl.alloc(p + "r", e * width * T, ACT)
+    tl.free(p + "t1", p + "t2")
+
+
+def _layer_forward(tl: _Timeline, d: _Dims, l: int, keep: bool, stop_early: bool = False) -> str:
+    """One decoder layer. keep=True saves tensors for backward (no GC, or GC recompute);
+    keep=False is the checkpointed forward, where every intermediate dies at its last use.
+    stop_early: non-reentrant recompute stops once the last saved tensor (down_proj's input)
+    exists, before down_proj runs."""
+    T, h, e, f = d.T, d.h, d.e, d.f
+    x = f"x{l}"
+    p = f"L{l}."
+    tl.at(f"layer {l} forward" + (" (recompute)" if stop_early else ""))
+    y1 = _norm_forward(tl, d, p + "n1.", x, keep)
+    tl.alloc(p + "q", e * d.q * T, ACT)
+    tl.alloc(p + "k", e * d.kv * T, ACT)
+    tl.alloc(p + "v", e * d.kv * T, ACT)
+    _rope_forward(tl, d, p + "q", d.q)
+    _rope_forward(tl, d, p + "k", d.kv)
+    tl.free(p + "q", p + "k")  # pre-RoPE q, k: RoPE saves only cos/sin
+    tl.alloc(p + "out", e * d.q * T, ACT)  # SDPA output, laid out (b, s, heads, hd): o_proj reads it as is
+    tl.alloc(p + "lse", 4 * d.a * T, ACT)
+    if not keep:
+        tl.free(p + "lse")
+    tl.alloc(p + "o", e * h * T, TMP)
+    if not keep:
+        tl.free(p + "out", p + "qr", p + "kr", p + "v", y1)
+    tl.alloc(p + "mid", e * h * T, ACT)
+    tl.free(p + "o")
+    y2 = _norm_forward(tl, d, p + "n2.", p + "mid", keep)
+    tl.alloc(p + "g", e * f * T, ACT)
+    tl.alloc(p + "s", e * f * T, ACT)
+    if not keep:
+        tl.free(p + "g")
+    tl.alloc(p + "u", e * f * T, ACT)
+    tl.alloc(p + "p", e * f * T, ACT)
+    if not keep:
+        tl.free(p + "s", p + "u")
+    if stop_early:
+        if d.cast:
+            tl.free(p + "mid")  # bf16: not saved (its fp32 copy is); dies with the aborted frame
+        return ""
+    tl.alloc(p + "dn", e * h * T, TMP)
+    if not keep:
+        tl.free(p + "p", y2)
+    out = f"x{l + 1}"
+    tl.alloc(out, e * h * T, ACT)
+    tl.free(p + "dn")
+    if d.cast or not keep:
+        tl.free(p + "mid")  # fp32 + saved: mid is the post-attention norm's saved input
+    return out
+
+
+@dataclass(frozen=True)
+class _Semantics:
+    """How the device's allocations differ from the plain autograd order.
+
+    in_place: autograd's InputBuffer adds a second grad of a tensor into the first in place
+    when it holds the last reference (torch/csrc/autograd/input_buffer.cpp,
+    can_accumulate_inplace). CpuBackend's counting dispatch mode defeats that check (the
+    tensors pass through Python), so under it every such sum is a new tensor.
+    workspaces: kernel-internal buffers the CPU counter cannot see.
+    """
+
+    in_place: bool
+    round_to: int
+    blas_workspace: int
+    workspaces: dict[str, int]
+
+
+def _semantics(d: _Dims, device: str, in_place: bool | None = None) -> _Semantics:
+    if device == "cpu":
+        return _Semantics(in_place=bool(in_place), round_to=1, blas_workspace=0, workspaces={})
+    ws = {
+        # Flash-attention 2 backward (PyTorch's mha_bwd): dq_accum fp32 (b, s, heads, hd) and
+        # softmax_d fp32 (b, heads, s); with GQA, dk/dv at full head count before the sum.
+        "sdpa_backward": d.T * (4 * d.q + 4 * d.a + (2 * d.e * d.q if d.kv != d.q else 0)),
+        # embedding_dense_backward_cuda (EmbeddingBackwardKernel.cu): fp32 partial sums per
+        # index (numel x hidden) and six int64 index buffers (sorted/original indices, segment
+        # offsets, partial counts and offsets).
+        "embedding_backward": d.T * (4 * d.h + 6 * 8),
+    }
+    return _Semantics(in_place=True if in_place is None else in_place, round_to=CUDA_BLOCK_BYTES,
+                      blas_workspace=CUDA_BLAS_WORKSPACE_BYTES, workspaces=ws)
+
+
+def _norm_backward(tl: _Timeline, d: _Dims, sem: _Semantics, p: str, x: str, gy: str, grad_w: str) -> str:
+    """Autograd of the RMSNorm ops above, in the engine's order; returns the input's grad."""
+    T, h, e = d.T, d.h, d.e
+    tl.alloc(p + "gn", e * h * T, TMP)  # gy * weight
+    tl.alloc(p + "gt", e * h * T, TMP)  # gy * n, summed into the weight grad
+    tl.alloc(grad_w, e * h, GRAD)
+    tl.free(p + "gt", gy, p + "n" if d.cast else p + "n32")  # n: saved by weight * n only
+    src = p + "gn"
+    if d.cast:
+        tl.alloc(p + "gn32", 4 * h * T, TMP)
+        tl.free(p + "gn")
+        src = p + "gn32"
+    tl.alloc(p + "ga", 4 * h * T, TMP)  # grad * rstd
+    tl.alloc(p + "gt2", 4 * h * T, TMP)  # grad * x, summed into rstd's grad
+    tl.free(p + "gt2", src)
+    tl.alloc(p + "gsq", 4 * h * T, TMP)  # mean backward
+    tl.alloc(p + "pw", 4 * h * T, TMP)  # pow backward: x^1
+    tl.alloc(p + "ms", 4 * h * T, TMP)  # ... * 2
+    tl.alloc(p + "gpow", 4 * h * T, TMP)
+    tl.free(p + "ms", p + "pw", p + "gsq", p + "rstd", p + "x32" if d.cast else x)
+    tl.accumulate(p + "gsum", p + "ga", p + "gpow", 4 * h * T, sem.in_place)
+    if not d.cast:
+        return p + "gsum"
+    tl.alloc(p + "gx", e * h * T, TMP)
+    tl.free(p + "gsum")
+    return p + "gx"
+
+
+def _rope_backward(tl: _Timeline, d: _Dims, p: str, width: int, g: str) -> str:
+    """Products, slice_backward and sums of rotate_half: at most three more grads at once."""
+    e, T = d.e, d.T
+    tl.alloc(p + "rtmp", 3 * e * width * T, TMP)
+    tl.free(p + "rtmp")
+    tl.alloc(p + "gpre", e * width * T, TMP)
+    tl.free(g)
+    return p + "gpre"
+
+
+def _layer_backward(tl: _Timeline, d: _Dims, sem: _Semantics, l: int, g_out: str) -> str:
+    """One decoder layer's backward in the engine's order (highest sequence number first):
+    MLP, post-attention norm, o_proj, SDPA, RoPE (k then q), v/k/q projections, input norm."""
+    T, h, e, f = d.T, d.h, d.e, d.f
+    p = f"L{l}."
+    wts = _layer_weights(d)
+    tl.at(f"layer {l} backward (MLP)")
+    tl.alloc(p + "down.grad", e * wts["down"], GRAD)
+    tl.alloc(p + "gp", e * f * T, TMP)
+    tl.free(p + "p")
+    tl.alloc(p + "gs", e * f * T, TMP)
+    tl.alloc(p + "gu", e * f * T, TMP)
+    tl.free(p + "gp", p + "u", p + "s")
+    tl.alloc(p + "up.grad", e * wts["up"], GRAD)
+    tl.alloc(p + "gxu", e * h * T, TMP)
+    tl.free(p + "gu")
+    tl.alloc(p + "gg", e * f * T, TMP)
+    tl.free(p + "gs", p + "g")
+    tl.alloc(p + "gate.grad", e * wts["gate"], GRAD)
+    tl.alloc(p + "gxg", e * h * T, TMP)
+    tl.free(p + "gg", p + "n2.y")
+    tl.accumulate(p + "gy2", p + "gxu", p + "gxg", e * h * T, sem.in_place)
+    tl.at(f"layer {l} backward (post-attention norm)")
+    g_mid_n = _norm_backward(tl, d, sem, p + "n2.", p + "mid", p + "gy2", p + "norm2.grad")
+    # the residual's grad (the layer output's) arrived first; the norm's is added to it
+    tl.accumulate(p + "gmid", g_out, g_mid_n, e * h * T, sem.in_place)
+    tl.at(f"layer {l} backward (attention)")
+    tl.alloc(p + "o.grad", e * wts["o"], GRAD)
+    tl.alloc(p + "gatt", e * d.q * T, TMP)
+    ws = sem.workspaces.get("sdpa_backward", 0)
+    tl.alloc(p + "sdpa_ws", ws, "workspace")
+    tl.alloc(p + "gq", e * d.q * T, TMP)
+    tl.alloc(p + "gk", e * d.kv * T, TMP)
+    tl.alloc(p + "gv", e * d.kv * T, TMP)
+    tl.free(p + "sdpa_ws", p + "gatt", p + "out", p + "lse", p + "v", p + "qr", p + "kr")
+    gk = _rope_backward(tl, d, p + "k", d.kv, p + "gk")
+    gq = _rope_backward(tl, d, p + "q", d.q, p + "gq")
+    if l == 0:
+        tl.free("cos", "sin")
+    tl.alloc(p + "v.grad", e * wts["v"], GRAD)
+    tl.alloc(p + "gxv", e * h * T, TMP)
+    tl.free(p + "gv")
+    tl.alloc(p + "ck", e * d.kv * T, TMP)  # transposed grad made contiguous for the matmul
+    tl.free(gk)
+    tl.alloc(p + "k.grad", e * wts["k"], GRAD)
+    tl.alloc(p + "gxk", e * h * T, TMP)
+    tl.free(p + "ck")
+    tl.accumulate(p + "gxvk", p + "gxv", p + "gxk", e * h * T, sem.in_place)
+    tl.alloc(p + "cq", e * d.q * T, TMP)
+    tl.free(gq)
+    tl.alloc(p + "q.grad", e * wts["q"], GRAD)
+    tl.alloc(p + "gxq", e * h * T, TMP)
+    tl.free(p + "cq", p + "n1.y")
+    tl.accumulate(p + "gy1", p + "gxvk", p + "gxq", e * h * T, sem.in_place)
+    tl.at(f"layer {l} backward (input norm)")
+    g_x_n = _norm_backward(tl, d, sem, p + "n1.", f"x{l}", p + "gy1", p + "norm1.grad")
+    g_x = f"g{l}"
+    tl.accumulate(g_x, p + "gmid", g_x_n, e * h * T, sem.in_place)
+    return g_x
+
+
+def predict(spec: Any, workload: Workload, in_place: bool | None = None) -> Prediction:
+    """Replay one training step of `spec` under `workload`; return its predicted peaks.
+
+    `in_place` overrides how autograd sums two grads of one tensor (see _Semantics); by
+    default it is in place on devices and not under the CPU backend's counter.
+    """
+    w = workload
+    w.check()
+    d = _dims(spec, w)
+    sem = _semantics(d, w.device, in_place)
+    st = model_states(spec, w.dtype, w.optimizer, w.device, w.master_weights)
+    e, T, h, V = d.e, d.T, d.h, d.V
+    tl = _Timeline(sem.round_to)
+    notes: list[str] = []
+    approximate = spec.model_type not in EXACT_TYPES
+    if approximate:
+        notes.append(f"model_type {spec.model_type!r}: layer replayed as a Llama layer (approximate)")
+
+    # step start: resident states, workspaces from the warm-up, the batch
+    tl.at("step start")
+    tl.alloc("params", st.param_bytes, "params")
+    tl.alloc("buffers", st.buffer_bytes, "params")
+    tl.alloc("master", st.master_weight_bytes, "optimizer_states")
+    tl.alloc("opt_states", st.optimizer_state_bytes, "optimizer_states")
+    tl.alloc("blas_ws", sem.blas_workspace, "workspace")
+    tl.alloc("ids", 8 * T, "inputs")
+    baseline = tl.total
+    tl.new_phase()
+
+    # forward ---------------------------------------------------------------------------
+    tl.at("embedding and RoPE tables")
+    tl.alloc("x0", e * h * T, ACT)
+    tl.alloc("position_ids", 8 * d.s, "inputs")
+    # LlamaRotaryEmbedding at batch 1: fp32 freqs (s x hd/2), cat, cos, sin and their
+    # scaled copies; cast to the model dtype unless it is fp32.
+    sh = d.s * d.hd
+    tl.alloc("freqs", 2 * sh, TMP)
+    tl.alloc("emb", 4 * sh, TMP)
+    tl.alloc("cos32", 4 * sh, TMP)
+    tl.alloc("sin_raw", 4 * sh, TMP)
+    tl.alloc("sin32", 4 * sh, TMP)
+    tl.free("sin_raw")
+    if d.cast:
+        tl.alloc("cos", e * sh, ACT)
+        tl.alloc("sin", e * sh, ACT)
+        tl.free("cos32", "sin32")
+    else:
+        tl.rename("cos32", "cos")
+        tl.rename("sin32", "sin")
+    tl.free("freqs", "emb")
+    x = "x0"
+    for l in range(d.L):
+        x_next = _layer_forward(tl, d, l, keep=not w.gc)
+        # the caller's loop variable lets go of the layer input unless something keeps it:
+        # the checkpoint (GC), or the input norm's saved fp32 input (which is x itself in fp32)
+        if l > 0 and not w.gc and d.cast:
+            tl.free(x)
+        x = x_next
+    tl.at("final norm")
+    yf = _norm_forward(tl, d, "fn.", x, keep=True)
+    if d.cast:
+        tl.free(x)
+    if d.cast and not w.gc:
+        tl.free("x0")  # inputs_embeds dies when the decoder's forward returns
+    if not w.gc:
+        tl.free("position_ids")  # with GC every checkpoint holds it as an input
+    tl.at("LM head")
+    tl.alloc("logits", e * V * T, LOSS)
+    tl.at("loss (fp32 log-softmax)")
+    if d.cast:
+        tl.alloc("logits32", 4 * V * T, LOSS)
+    # ForCausalLMLoss pads labels by one and takes labels[..., 1:].contiguous(): a copy,
+    # except at batch 1 where the slice already is contiguous and keeps the padded tensor.
+    tl.alloc("labels_pad", 8 * (T + d.b), "inputs")
+    if d.b > 1:
+        tl.alloc("labels_shift", 8 * T, "inputs")
+    tl.alloc("logprobs", 4 * V * T, LOSS)
+    tl.alloc("loss", 4, LOSS)
+    tl.alloc("loss_total_weight", 4, LOSS)
+    tl.free("logits32")
+    if d.b > 1:
+        tl.free("labels_pad")
+    if not w.keep_logits:
+        tl.free("logits")  # nothing saves them: log-softmax's backward needs only its output
+    after_forward = tl.total
+    loss_block = (e + 4 + (4 if d.cast else 0)) * V * T
+    forward = tl.new_phase()
+
+    # backward --------------------------------------------------------------------------
+    tl.at("loss backward")
+    tl.alloc("g_loss", 4, LOSS)
+    tl.alloc("g_logprobs", 4 * V * T, LOSS)
+    tl.free("labels_shift", "labels_pad", "loss_total_weight")
+    tl.alloc("g_logits32", 4 * V * T, LOSS)
+    tl.free("g_logprobs", "logprobs")
+    g_logits = "g_logits32"
+    if d.cast:
+        tl.alloc("g_logits", e * V * T, LOSS)
+        tl.free("g_logits32")
+        g_logits = "g_logits"
+    tl.at("LM head backward")
+    tl.alloc("head.grad", e * V * h, GRAD)
+    tl.alloc("g_yf", e * h * T, TMP)
+    tl.free(g_logits, yf)
+    tl.at("final norm backward")
+    g = _norm_backward(tl, d, sem, "fn.", x, "g_yf", "fnorm.grad")
+    for l in reversed(range(d.L)):
+        if w.gc:
+            _layer_forward(tl, d, l, keep=True, stop_early=True)
+        g_prev = _layer_backward(tl, d, sem, l, g)
+        if w.gc:
+            tl.free(f"x{l}")  # the checkpoint's input dies with the layer's last node
+            if l == 0:
+                tl.free("position_ids")
+        g = g_prev
+    tl.at("embedding backward")
+    tl.alloc("emb_ws", sem.workspaces.get("embedding_backward", 0), "workspace")
+    if d.tied:
+        # the embedding's grad meets the LM head's (same weight) in one InputBuffer
+        tl.alloc("embed.grad_new", e * V * h, TMP)
+        tl.free("emb_ws", g)
+        tl.accumulate("embed.grad", "head.grad", "embed.grad_new", e * V * h, sem.in_place)
+    else:
+        tl.alloc("embed.grad", e * V * h, GRAD)
+        tl.free("emb_ws")
+    tl.free(g, "x0", "g_loss")
+    backward = tl.new_phase()
+
+    # optimizer step --------------------------------------------------------------------
+    tl.at("optimizer step")
+    tl.alloc("opt_transient", st.optimizer_transient_bytes, TMP)
+    tl.free("opt_transient")
+    optimizer = tl.new_phase()
+
+    per_layer = layer_activation_bytes_per_token(spec, w.dtype) * T
+    saved_per_layer = checkpoint_residue_bytes_per_token(spec, w.dtype) * T if w.gc else per_layer
+    return Prediction(
+        workload=w, states=st, baseline_bytes=baseline, forward=forward, backward=backward,
+        optimizer=optimizer, activations_after_forward_bytes=after_forward - baseline,
+        saved_per_layer_bytes=saved_per_layer, layer_activation_bytes=per_layer,
+        loss_block_bytes=loss_block, approximate=approximate, notes=notes,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# fitting a device
+
+
+def usable_bytes(device_memory_bytes: int, device: str = "cuda") -> int:
+    """What the caching allocator can give to tensors on a card of `device_memory_bytes`:
+    the card minus the context and a fragmentation margin (see the constants above)."""
+    if device == "cpu":
+        return device_memory_bytes
+    room = device_memory_bytes - DEVICE_CONTEXT_BYTES
+    return max(int(room * (1.0 - FRAGMENTATION_FRACTION)), 0)
+
+
+def max_batch(spec: Any, limit_bytes: int, seq_len: int, dtype: str = "bf16", optimizer: str = "adamw",
+              gc: bool = False, device: str = "cuda", master_weights: bool = False,
+              keep_logits: bool = True, cap: int = 1 << 16) -> int:
+    """Largest batch whose predicted peak (the same `predict`) is at most `limit_bytes`.
+
+    0 when not even batch 1 fits. Peaks grow with the batch, so a doubling then a bisection
+    finds it with about 2*log2(batch) predictions.
+    """
+    def fits(b: int) -> bool:
+        wl = Workload(b, seq_len, dtype, optimizer, gc, device, master_weights, keep_logits)
+        return predict(spec, wl).peak_bytes <= limit_bytes
+
+    if not fits(1):
+        return 0
+    lo, hi = 1, 2
+    while hi <= cap and fits(hi):
+        lo, hi = hi, hi * 2
+    if hi > cap:
+        return lo
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+# ---------------------------------------------------------------------------------------
+# facts
+
+
+def predicted_point(pred: Prediction, usable: int | None = None) -> "PredictedPoint":
+    """One prediction as the facts store it."""
+    from gcdoctor.facts.memory import PredictedPoint
+
+    w = pred.workload
+    peak = pred.peak
+    return PredictedPoint(
+        variant="gc" if w.gc else "no_gc", batch_size=w.batch_size, seq_len=w.seq_len,
+        peak_bytes=peak.bytes, peak_phase=pred.peak_phase, peak_where=peak.where,
+        forward_peak_bytes=pred.forward.bytes, backward_peak_bytes=pred.backward.bytes,
+        fwd_bwd_peak_bytes=pred.fwd_bwd.bytes, optimizer_peak_bytes=pred.optimizer.bytes,
+        baseline_bytes=pred.baseline_bytes, activations_after_forward_bytes=pred.activations_after_forward_bytes,
+        peak_breakdown=dict(peak.breakdown), fits=None if usable is None else peak.bytes <= usable,
+    )
+
+
+def memory_model_facts(spec: Any, seq_len: int, dtype: str = "bf16", optimizer: str = "adamw",
+                       device: str = "cuda", points: list[tuple[str, int]] | None = None,
+                       capacity_bytes: int | None = None) -> "MemoryModelFacts":
+    """Predictions for the (variant, batch) points a run measured, and the largest batches.
+
+    `points`: ("no_gc" | "gc", batch_size) pairs; `capacity_bytes`: the device's memory
+    (total_memory), from which the usable memory and the predicted largest batches follow.
+    """
+    from gcdoctor.facts.memory import MemoryModelFacts
+
+    st = model_states(spec, dtype, optimizer, device)
+    usable = usable_bytes(capacity_bytes, device) if capacity_bytes else None
+    e = DTYPE_BYTES[dtype]
+    mm = MemoryModelFacts(
+        model=spec.name, dtype=dtype, optimizer=optimizer, seq_len=seq_len, device=device,
+        exact=spec.model_type in EXACT_TYPES, n_params=st.n_params, param_bytes=st.param_bytes,
+        grad_bytes=st.grad_bytes, optimizer_state_bytes=st.optimizer_state_bytes,
+        model_state_bytes=st.total_bytes,
+        layer_activation_bytes_per_token=layer_activation_bytes_per_token(spec, dtype),
+        checkpoint_residue_bytes_per_token=checkpoint_residue_bytes_per_token(spec, dtype),
+        loss_block_bytes_per_token=(e + 4 + (4 if e != 4 else 0)) * spec.vocab_size,
+        capacity_bytes=capacity_bytes, usable_bytes=usable,
+    )
+    for variant, batch in points or []:
+        if variant not in ("no_gc", "gc"):
+            raise ValueError(f"memory model: unknown variant {variant!r}")
+        pred = predict(spec, Workload(batch, seq_len, dtype, optimizer, variant == "gc", device))
+        mm.points.append(predicted_point(pred, usable))
+        mm.notes.extend(n for n in pred.notes if n not in mm.notes)
+    if usable is not None:
+        for variant in ("no_gc", "gc"):
+            mm.max_batch[variant] = max_batch(spec, usable, seq_len, dtype, optimizer, variant == "gc", device)
+    if spec.model_type not in EXACT_TYPES:
+        mm.notes.append(f"model_type {spec.model_type!r} is approximated by a Llama layer")
+    return mm

@@ -1,0 +1,226 @@
+"""`gcdoctor plan`: predicted peak memory versus batch size, with and without layer
+checkpointing, the largest batch each way, and what does not fit and why. No torch, no
+device: it sizes batches for cards you do not have. Defaults are the ones `diagnose` runs,
+so a prediction can be checked against a measurement of the same configuration.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from gcdoctor import memory as M
+from gcdoctor.errors import UserError
+from gcdoctor.models import load_spec
+
+DEFAULT_SEQ_LEN = 4096
+DEFAULT_DTYPE = "bf16"
+DEFAULT_OPTIMIZER = "adamw"
+GC_MODES = ("no_gc", "gc")
+_LABEL = {"no_gc": "no GC", "gc": "GC"}
+
+_UNITS = {
+    "": 1, "b": 1,
+    "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
+    "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40,
+}
+_MEMORY_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_memory(text: str | int | float) -> int:
+    """Bytes from '48GB' (10^9), '80GiB' (2^30), '49152MiB', '141e9' or a plain number.
+
+    Single-letter suffixes ('48G') are refused: GB and GiB differ by 7%, which is a batch size.
+    """
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value, unit = float(text), ""
+    else:
+        m = _MEMORY_RE.match(str(text))
+        if not m:
+            raise UserError(f"--device-memory {text!r}: expected a size such as 48GB, 80GiB or 141e9")
+        value, unit = float(m.group(1)), m.group(2).lower()
+        if unit not in _UNITS:
+            hint = f" (say {unit.upper()}B or {unit.upper()}iB)" if unit in ("k", "m", "g", "t") else ""
+            raise UserError(f"--device-memory {text!r}: unknown unit {m.group(2)!r}{hint}; "
+                            f"use B, KB, MB, GB, TB (powers of 10) or KiB, MiB, GiB, TiB (powers of 2)")
+    nbytes = value * _UNITS[unit]
+    if not math.isfinite(nbytes) or nbytes < 2 ** 20:
+        raise UserError(f"--device-memory {text!r}: {nbytes:.0f} bytes is not a device memory size")
+    return int(nbytes)
+
+
+def _gib(n: int | float) -> str:
+    """GiB with one decimal; MiB below 1 GiB so small models do not read as 0.0."""
+    if abs(n) < M.GiB:
+        return f"{n / M.MiB:.1f} MiB"
+    return f"{n / M.GiB:.1f} GiB"
+
+
+_CATEGORY = {"params": "params", "optimizer_states": "optimizer states", "grads": "grads",
+             "activations": "activations", "logits_loss": "logits and fp32 loss", "transients": "transients",
+             "workspace": "kernel workspaces", "inputs": "inputs"}
+
+
+def _card(nbytes: int) -> str:
+    """The card's size as the user would say it: GB when it is a whole number of GB."""
+    if nbytes % 10 ** 9 == 0:
+        return f"{nbytes // 10 ** 9} GB"
+    if nbytes % M.GiB == 0:
+        return f"{nbytes // M.GiB} GiB"
+    return f"{nbytes / 1e9:.1f} GB"
+
+
+def _modes(gc_modes: Any) -> list[str]:
+    if gc_modes is None:
+        return list(GC_MODES)
+    items = gc_modes.split(",") if isinstance(gc_modes, str) else list(gc_modes)
+    aliases = {"no_gc": "no_gc", "nogc": "no_gc", "off": "no_gc", "gc": "gc", "on": "gc"}
+    out = []
+    for item in items:
+        key = str(item).strip().lower().replace("-", "_")
+        if key not in aliases:
+            raise UserError(f"--gc {item!r}: use no_gc, gc or both (no_gc,gc)")
+        if aliases[key] not in out:
+            out.append(aliases[key])
+    if not out:
+        raise UserError("--gc: give at least one of no_gc, gc")
+    return [m for m in GC_MODES if m in out]
+
+
+def _table_batches(max_by_mode: dict[str, int]) -> list[int]:
+    """Powers of two up to past the largest fitting batch, plus each largest batch and the next."""
+    top = max([b for b in max_by_mode.values()] + [1])
+    batches = {1, 2}
+    b = 1
+    while b <= 2 * top:
+        batches.add(b)
+        b *= 2
+    for mb in max_by_mode.values():
+        if mb:
+            batches.update((mb, mb + 1))
+    return sorted(batches)[:16]
+
+
+def _why_not(pred: M.Prediction, usable: int) -> str:
+    """One line: what makes this configuration's peak exceed the usable memory."""
+    st = pred.states
+    if st.total_bytes > usable:
+        return (f"model states alone ({_gib(st.total_bytes)}: params {_gib(st.param_bytes)}, grads "
+                f"{_gib(st.grad_bytes)}, optimizer {_gib(st.optimizer_state_bytes + st.master_weight_bytes)}) "
+                f"exceed the usable {_gib(usable)}")
+    peak = pred.peak
+    parts = sorted(peak.breakdown.items(), key=lambda kv: -kv[1])
+    named = ", ".join(f"{_CATEGORY.get(k, k)} {_gib(v)}" for k, v in parts if v >= 0.05 * peak.bytes)
+    line = f"peak {_gib(peak.bytes)} at {peak.where} ({named}) exceeds the usable {_gib(usable)}"
+    if peak.breakdown.get("logits_loss", 0) > peak.breakdown.get("activations", 0):
+        line += "; the fp32 loss, not the layers, sets it (a fused or chunked cross-entropy removes most of it)"
+    elif peak.where == "optimizer step":
+        line += "; the optimizer step sets it (grads plus foreach AdamW's temporary copy)"
+    return line
+
+
+def run_plan(model: str, device_memory: str | int, seq_len: int = DEFAULT_SEQ_LEN, dtype: str = DEFAULT_DTYPE,
+             optimizer: str = DEFAULT_OPTIMIZER, layers: int | None = None, gc_modes: Any = None,
+             as_json: bool = False, device: str = "cuda", master_weights: bool = False) -> tuple[str, dict]:
+    """Predict peak memory vs batch size on a card of `device_memory`; return (text, data).
+
+    `text` is the human table (or the JSON text when `as_json`); `data` always holds the same
+    content as a dict, including `max_batch_no_gc` and `max_batch_gc` (0: not even batch 1
+    fits; None: that mode was not asked for).
+    """
+    import json
+
+    if not isinstance(seq_len, int) or seq_len < 1:
+        raise UserError(f"--seq-len {seq_len!r}: must be a positive integer")
+    if dtype not in M.DTYPE_BYTES:
+        raise UserError(f"--dtype {dtype!r}: use one of {', '.join(M.DTYPE_BYTES)}")
+    if optimizer not in M.OPTIMIZERS:
+        raise UserError(f"--optimizer {optimizer!r}: use one of {', '.join(M.OPTIMIZERS)}")
+    if device not in M.DEVICE_KINDS:
+        raise UserError(f"--device {device!r}: use one of {', '.join(M.DEVICE_KINDS)}")
+    modes = _modes(gc_modes)
+    capacity = parse_memory(device_memory)
+    spec = load_spec(model, layers)
+    Workload = M.Workload
+    Workload(1, seq_len, dtype, optimizer, False, device, master_weights).check()
+    usable = M.usable_bytes(capacity, device)
+    st = M.model_states(spec, dtype, optimizer, device, master_weights)
+
+    def pred(b: int, mode: str) -> M.Prediction:
+        return M.predict(spec, Workload(b, seq_len, dtype, optimizer, mode == "gc", device, master_weights))
+
+    best = {m: M.max_batch(spec, usable, seq_len, dtype, optimizer, m == "gc", device, master_weights)
+            for m in modes}
+    batches = _table_batches(best)
+    rows = []
+    for b in batches:
+        for m in modes:
+            p = pred(b, m)
+            rows.append({"batch_size": b, "variant": m, "peak_bytes": p.peak_bytes, "peak_phase": p.peak_phase,
+                         "peak_where": p.peak.where, "fits": p.peak_bytes <= usable,
+                         "activations_after_forward_bytes": p.activations_after_forward_bytes})
+    reasons = []
+    for m in modes:
+        b = best[m] + 1
+        reasons.append({"variant": m, "batch_size": b, "why": _why_not(pred(b, m), usable)})
+    p1 = pred(1, modes[0])
+    data: dict[str, Any] = {
+        "model": spec.name, "source": spec.source, "n_params": st.n_params, "n_layers": spec.n_layers,
+        "seq_len": seq_len, "dtype": dtype, "optimizer": optimizer, "device": device,
+        "master_weights": master_weights,
+        "device_memory_bytes": capacity, "usable_bytes": usable,
+        "margins": {"context_bytes": M.DEVICE_CONTEXT_BYTES if device != "cpu" else 0,
+                    "fragmentation_fraction": M.FRAGMENTATION_FRACTION if device != "cpu" else 0.0},
+        "model_state_bytes": {"params": st.param_bytes, "grads": st.grad_bytes,
+                              "optimizer_states": st.optimizer_state_bytes,
+                              "master_weights": st.master_weight_bytes, "total": st.total_bytes},
+        "per_sample_bytes": {"layer_activations": p1.layer_activation_bytes * spec.n_layers,
+                             "checkpoint_residue": M.checkpoint_residue_bytes_per_token(spec, dtype)
+                             * seq_len * spec.n_layers,
+                             "loss_block": p1.loss_block_bytes},
+        "max_batch_no_gc": best.get("no_gc"), "max_batch_gc": best.get("gc"),
+        "points": rows, "does_not_fit": reasons, "exact": spec.model_type in M.EXACT_TYPES,
+    }
+    if as_json:
+        return json.dumps(data, indent=1), data
+    return _render(data, modes, batches, rows), data
+
+
+def _render(data: dict, modes: list[str], batches: list[int], rows: list[dict]) -> str:
+    ms = data["model_state_bytes"]
+    ps = data["per_sample_bytes"]
+    opt = "AdamW" if data["optimizer"] == "adamw" else "SGD"
+    lines = [
+        f"gcdoctor plan: {data['model']} ({data['n_params'] / 1e9:.2f} B params, {data['n_layers']} layers), "
+        f"{data['dtype']}, {opt}{' + fp32 master weights' if data['master_weights'] else ''}, "
+        f"seq {data['seq_len']}",
+        f"card {_card(data['device_memory_bytes'])} = {_gib(data['device_memory_bytes'])}; usable "
+        f"{_gib(data['usable_bytes'])} (minus {data['margins']['context_bytes'] // M.MiB} MiB context and "
+        f"{100 * data['margins']['fragmentation_fraction']:.0f}% fragmentation margin)",
+        f"model states {_gib(ms['total'])}: params {_gib(ms['params'])} + grads {_gib(ms['grads'])} + "
+        f"optimizer {_gib(ms['optimizer_states'] + ms['master_weights'])}",
+        f"per sample: activations {_gib(ps['layer_activations'])} without GC, {_gib(ps['checkpoint_residue'])} "
+        f"with GC; logits and fp32 loss {_gib(ps['loss_block'])}",
+        "",
+    ]
+    head = f"{'batch':>6}" + "".join(f"  {('peak ' + _LABEL[m]):>18}" for m in modes)
+    lines.append(head)
+    by = {(r["batch_size"], r["variant"]): r for r in rows}
+    for b in batches:
+        cells = []
+        for m in modes:
+            r = by[(b, m)]
+            mark = " " if r["fits"] else "x"
+            cells.append(f"  {_gib(r['peak_bytes']):>16} {mark}")
+        lines.append(f"{b:>6}" + "".join(cells))
+    lines.append("(x: does not fit; peaks include params, grads, optimizer states and every transient)")
+    lines.append("")
+    for m in modes:
+        mb = data[f"max_batch_{m}"]
+        lines.append(f"largest batch {_LABEL[m]:>5}: " + (str(mb) if mb else "none fits"))
+    lines.append("")
+    for r in data["does_not_fit"]:
+        lines.append(f"{_LABEL[r['variant']]} batch {r['batch_size']}: {r['why']}")
+    if not data["exact"]:
+        lines.append(f"note: model type of {data['model']} is approximated by a Llama layer")
+    return "\n".join(lines)

@@ -1,0 +1,54 @@
+"""Memory-model facts: what the session stores per measured point and what rules read."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from gcdoctor import memory as M
+from gcdoctor.facts import Facts
+from gcdoctor.facts.memory import (MemoryModelFacts, PredictedPoint, predicted_activation_saving,
+                                   predicted_peak_saving, prediction_error_pct)
+from gcdoctor.models import load_spec
+
+H200_BYTES = 150754820096  # torch.cuda total_memory of an H200 (143771 MiB)
+
+
+def test_facts_hold_a_prediction_per_point_and_the_largest_batches():
+    spec = load_spec("llama3-8b")
+    mm = M.memory_model_facts(spec, 4096, points=[("no_gc", 1), ("gc", 1), ("gc", 8)], capacity_bytes=H200_BYTES)
+    assert [(p.variant, p.batch_size) for p in mm.points] == [("no_gc", 1), ("gc", 1), ("gc", 8)]
+    assert mm.max_batch == {"no_gc": M.max_batch(spec, mm.usable_bytes, 4096),
+                            "gc": M.max_batch(spec, mm.usable_bytes, 4096, gc=True)}
+    direct = M.predict(spec, M.Workload(8, 4096, gc=True))
+    assert mm.predicted_peak("gc", 8) == direct.peak_bytes
+    assert mm.get("gc", 8).peak_where == "loss backward"
+    assert mm.layer_activation_bytes_per_token == 200840  # REFERENCES.md §1: 784.53 MiB at seq 4096
+
+
+def test_facts_survive_a_round_trip_through_json():
+    mm = M.memory_model_facts(load_spec("tiny-llama"), 128, points=[("no_gc", 2), ("gc", 2)], capacity_bytes=2 ** 30)
+    back = Facts.from_dict(Facts(memory_model=mm).to_dict()).memory_model
+    assert back == mm
+
+
+def test_activation_saving_is_no_gc_minus_gc_after_forward():
+    mm = MemoryModelFacts(points=[
+        PredictedPoint(variant="no_gc", batch_size=2, activations_after_forward_bytes=900, peak_bytes=5000),
+        PredictedPoint(variant="gc", batch_size=2, activations_after_forward_bytes=100, peak_bytes=4600),
+    ])
+    assert predicted_activation_saving(mm, 2) == 800
+    assert predicted_peak_saving(mm, 2) == 400
+    assert predicted_activation_saving(mm, 4) is None
+    assert predicted_activation_saving(None, 2) is None
+
+
+def test_prediction_error_is_relative_to_the_measurement():
+    assert prediction_error_pct(105, 100) == 5.0
+    assert prediction_error_pct(None, 100) is None
+    assert prediction_error_pct(100, 0) is None
+
+
+def test_memory_model_and_plan_import_without_torch():
+    code = ("import sys, gcdoctor.memory, gcdoctor.plan, gcdoctor.facts.memory; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
