@@ -53,10 +53,36 @@ def assert_inert(html: str, must_show: list[str]) -> None:
         assert s in text, s
 
 
+def _first(section: str, attr: str):
+    for run in RUNS:
+        value = getattr(Facts.load(run / "facts.json"), section)
+        if getattr(value, attr, None):
+            return value
+    return None
+
+
 def poisoned_facts() -> Facts:
-    if not RUNS:
-        pytest.skip("no recorded runs under samples/")
-    facts = Facts.load(RUNS[0] / "facts.json")
+    """A recorded sweep, plus the probe sections of other recorded runs, with hostile names everywhere."""
+    run = next((r for r in RUNS if Facts.load(r / "facts.json").sweep is not None), None)
+    if run is None:
+        pytest.skip("no recorded sweep under samples/")
+    facts = Facts.load(run / "facts.json")
+    facts.granularity = _first("granularity", "groups")
+    if facts.granularity is not None:
+        g = facts.granularity.groups[0]
+        g.name, g.description, g.variants[-1].variant = SCRIPT, IMG, ATTR
+    facts.offload = _first("offload", "variants")
+    if facts.offload is not None:
+        v = facts.offload.variants[-1]
+        v.variant, v.on_host, v.description = SCRIPT, IMG, ATTR
+        v.notes.append(SCRIPT)
+    facts.jitter = _first("jitter", "runs")
+    if facts.jitter is not None:
+        facts.jitter.runs[-1].name = SCRIPT
+        facts.jitter.runs[-1].warnings.append(IMG)
+        if facts.jitter.comparisons:
+            facts.jitter.comparisons[-1].name = ATTR
+            facts.jitter.comparisons[-1].run = SCRIPT
     facts.model.name = SCRIPT
     facts.model.source = IMG
     facts.environment.device_name = IMG
@@ -87,6 +113,10 @@ def test_hostile_facts_and_verdicts_render_inert():
     facts = poisoned_facts()
     html = render_html(facts, evaluate(facts) + [hostile_verdict()])
     assert_inert(html, [SCRIPT, IMG, ATTR])
+    for sid, present in (("granularity", facts.granularity), ("offload", facts.offload), ("jitter", facts.jitter)):
+        if present is not None:  # the hostile names reached the probe's own section, escaped
+            sec = html[html.index(f'<section id="{sid}"'):]
+            assert "&lt;script&gt;alert(1)&lt;/script&gt;" in sec[:sec.index("</section>")], sid
 
 
 def test_hostile_names_inside_svg_plots_are_escaped():

@@ -203,3 +203,26 @@ def test_write_reports_writes_the_html_beside_the_others(tmp_path):
     assert out == tmp_path / "report.html"
     assert (tmp_path / "report.md").is_file() and json.loads((tmp_path / "report.json").read_text())["verdicts"]
     assert Page(out.read_text()).sections[0] == "bottom-line"
+
+
+def test_memory_model_predictions_sit_beside_the_measured_peaks(sweep_page):
+    memory = pytest.importorskip("gcdoctor.memory")
+    from gcdoctor import models
+    from gcdoctor.report.html_parts import fbytes
+
+    facts, _, _ = sweep_page
+    facts = Facts.from_dict(facts.to_dict())
+    spec = models.load_spec(facts.model.name, layers=facts.model.n_layers)
+    fits = [m for m in facts.sweep.measurements if m.fits]
+    facts.memory_model = memory.memory_model_facts(spec, facts.settings.seq_len, facts.settings.dtype,
+                                                   facts.settings.optimizer, "cpu",
+                                                   [(m.variant, m.batch_size) for m in fits])
+    html = render_html(facts, evaluate(facts))
+    page = Page(html)
+    assert "memory-model" in page.sections
+    for m in fits:
+        p = facts.memory_model.get(m.variant, m.batch_size)
+        cells = page.rows[f"predicted:{m.variant}:{m.batch_size}"]
+        assert cells[:5] == [m.variant, str(m.batch_size), fbytes(p.peak_bytes), fbytes(m.peak_allocated_bytes),
+                             f"{100 * (p.peak_bytes / m.peak_allocated_bytes - 1):+.1f}%"]
+    assert html_lib.escape("Dashed: the memory model's prediction.") in html

@@ -308,7 +308,8 @@ def _generic_rows(section_name: str, a: Any, b: Any) -> list[Row]:
 OFFLOAD_METRICS = [  # (field, label, kind, unit)
     ("step_ms", "step time", "num", "ms"), ("slowdown_pct", "slowdown vs the reference", "pct", ""),
     ("peak_allocated_bytes", "device peak", "bytes", ""), ("host_rss_max_bytes", "host RSS max", "bytes", ""),
-    ("copy_ms", "host-device copies per step", "num", "ms"), ("exposed_copy_ms", "exposed copies per step", "num", "ms"),
+    ("copy_ms", "host-device copies per step", "num", "ms"),
+    ("exposed_copy_ms", "exposed copies per step", "num", "ms"),
     ("h2d_copy_gbs", "H2D copy bandwidth", "num", "GB/s"), ("d2h_copy_gbs", "D2H copy bandwidth", "num", "GB/s"),
     ("pcie_rx_gbs_mean", "PCIe rx mean", "num", "GB/s"), ("pcie_tx_gbs_mean", "PCIe tx mean", "num", "GB/s"),
     ("stall_share", "stall share of the device window", "share", ""),

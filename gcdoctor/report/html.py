@@ -136,7 +136,8 @@ def environment_section(ctx: RenderContext) -> str:
     limit = (ctx.config or {}).get("memory_limit_bytes")
     if limit:
         rows.append(("memory limit", f"{fbytes(limit)} (--memory-limit)"))
-    rows.append(("run", f"{st.command}, started {st.started_at or '—'}, wall {st.wall_s if st.wall_s is not None else '—'} s"
+    wall = "—" if st.wall_s is None else st.wall_s
+    rows.append(("run", f"{st.command}, started {st.started_at or '—'}, wall {wall} s"
                         + (", INTERRUPTED: partial results" if st.interrupted else "")
                         + (f", error: {st.error}" if st.error else "")))
     if ctx.run_dir is not None:

@@ -66,12 +66,13 @@ def jitter_section(facts: Facts) -> str:
              for c in comparisons]
     ctable = table(["comparison", "role", "runs", "losses bitwise equal", "first differing step", "max |Δloss|",
                     "grads bitwise equal", "grad rel. L2", "grad max |Δ|", "elements differing", "noise floor"],
-                   crows, numeric_from=3, ids=[c.name for c in comparisons], drop_empty=True) if comparisons else ""
+                   crows, numeric_from=3, ids=[f"comparison:{c.name}" for c in comparisons]) if comparisons else ""
     rrows = [[r.name, _yes(r.checkpointing), _yes(r.preserve_rng_state), fnum(r.dropout, 2), _yes(r.deterministic),
               r.micro_batches, _sci(r.losses[-1]) if r.losses else "—",
               fnum(sorted(r.step_ms)[len(r.step_ms) // 2]) if r.step_ms else "—", r.error or ""] for r in runs]
     rtable = table(["run", "checkpointing", "preserve RNG", "dropout", "deterministic", "micro-batches",
-                    "final loss", "median step ms", "error"], rrows, numeric_from=1, ids=[r.name for r in runs], drop_empty=True)
+                    "final loss", "median step ms", "error"], rrows, numeric_from=1,
+                   ids=[f"run:{r.name}" for r in runs], drop_empty=True)
     notes = list(j.notes) + [f"{r.name}: {w}" for r in runs for w in r.warnings]
     return section("jitter", "Loss jitter from recomputation", plots, ctable, rtable, bullets(notes, "notes"),
                    lead=lead)

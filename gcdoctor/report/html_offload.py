@@ -91,7 +91,8 @@ def offload_section(facts: Facts) -> str:
             continue
         verdict = {True: "verified", False: "NOT verified", None: "could not be checked"}[c.verified]
         checks.append(f"<h4>{esc(v.variant)}: checkpoints on the host {esc(verdict)}</h4>" + kv([
-            ("how", ": ".join(x for x in (c.method, c.detail) if x) or None), ("expected per step", fbytes(c.expected_offload_bytes_per_step)),
+            ("how", ": ".join(x for x in (c.method, c.detail) if x) or None),
+            ("expected per step", fbytes(c.expected_offload_bytes_per_step)),
             ("device -> host in the trace", fbytes(c.trace_d2h_bytes_per_step)),
             ("DeepSpeed's counters", fbytes(c.ds_offloaded_bytes_per_step)),
             ("held after forward (this / gc on device)",

@@ -11,7 +11,7 @@ from typing import Any
 from gcdoctor.facts import Facts
 from gcdoctor.report.html_parts import (bullets, by_unit, details, fbytes, figure, figures, fnum, fpct, fshare,
                                         generic_block, kv, para, section, table)
-from gcdoctor.report.svg import Series, color_for, esc, line_plot
+from gcdoctor.report.svg import Bar, Series, bar_plot, color_for, esc, line_plot
 
 
 # granularity -------------------------------------------------------------------------------
@@ -47,7 +47,8 @@ def _granularity_group(group: Any) -> str:
                      fnum(v.step_ms) if fits else f"OOM ({m.oom_phase})",
                      fbytes(v.peak_allocated_bytes), fbytes(v.activation_peak_bytes),
                      fpct(v.time_added_pct, signed=True), fbytes(v.memory_saved_bytes), fpct(v.memory_saved_pct),
-                     fnum(v.kernels_per_step, 0), fshare(v.device_idle_share), by_unit("kernel_mean_us", v.kernel_mean_us),
+                     fnum(v.kernels_per_step, 0), fshare(v.device_idle_share),
+                     by_unit("kernel_mean_us", v.kernel_mean_us),
                      fnum(v.cpu_ops_per_step, 0)])
         ids.append(f"{group.name}:{v.variant}")
     t = table(["variant", "what is checkpointed", "regions/step", "recomputed ops/step", "step ms", "peak",
@@ -90,16 +91,62 @@ def granularity_section(facts: Facts) -> str:
 
 
 # memory model ------------------------------------------------------------------------------
+def _breakdown_plot(point: Any) -> str:
+    parts = sorted(((k, v) for k, v in (point.peak_breakdown or {}).items() if v), key=lambda kv: -kv[1])
+    if not parts:
+        return ""
+    bars = [Bar(k, v / 2**30, color_for(point.variant, 0)) for k, v in parts]
+    return bar_plot(bars, title=f"What fills the predicted peak: {point.variant}, batch {point.batch_size}",
+                    x_label="GiB live at the peak", x_fmt=lambda x: f"{x:.3g}")
+
+
 def memory_model_section(facts: Facts) -> str:
     mm = facts.memory_model
     if mm is None:
         return ""
-    body = generic_block(mm, "memory_model", facts.unavailable)
-    if not body:
-        return ""
-    return section("memory-model", "Analytic memory model", body,
-                   lead="What the model's shapes predict for model states and activations, to hold the "
-                        "measurements against.")
+    points = getattr(mm, "points", None)
+    if points is None:  # a shape this writer does not know
+        body = generic_block(mm, "memory_model", facts.unavailable)
+        return section("memory-model", "Analytic memory model", body) if body else ""
+    per_token = [("model states", f"{fbytes(mm.model_state_bytes)} (parameters {fbytes(mm.param_bytes)}, gradients "
+                                  f"{fbytes(mm.grad_bytes)}, optimizer states {fbytes(mm.optimizer_state_bytes)})"),
+                 ("one decoder layer, per token", f"{mm.layer_activation_bytes_per_token:,} bytes"),
+                 ("one checkpointed layer, per token", f"{mm.checkpoint_residue_bytes_per_token:,} bytes"),
+                 ("logits and loss, per token", f"{mm.loss_block_bytes_per_token:,} bytes"),
+                 ("capacity / usable", f"{fbytes(mm.capacity_bytes)} / {fbytes(mm.usable_bytes)}"
+                  if mm.capacity_bytes else None)]
+    s = facts.sweep
+    for v, b in (mm.max_batch or {}).items():
+        measured = s.max_batch.get(v) if s is not None else None
+        fixed = " (largest of the fixed --batch-sizes)" if s is not None and not s.searched else ""
+        per_token.append((f"largest batch, {v}", f"predicted {b if b else 'none'}"
+                          + (f", measured {measured}{fixed}" if measured is not None else "")))
+    rows, ids = [], []
+    for p in sorted(points, key=lambda p: (p.variant != "no_gc", p.batch_size)):
+        m = s.get(p.variant, p.batch_size) if s is not None else None
+        err = None
+        if m is not None and m.peak_allocated_bytes:
+            err = fpct(100.0 * (p.peak_bytes / m.peak_allocated_bytes - 1.0), signed=True)
+        rows.append([p.variant, p.batch_size, fbytes(p.peak_bytes), fbytes(_attr(m, "peak_allocated_bytes")), err,
+                     p.peak_where or p.peak_phase, fbytes(p.activations_after_forward_bytes),
+                     fbytes(_attr(m, "activation_after_forward_bytes"))])
+        ids.append(f"predicted:{p.variant}:{p.batch_size}")
+    t = table(["variant", "batch", "predicted peak", "measured peak", "error", "predicted peak at",
+               "predicted activations after forward", "measured"], rows, numeric_from=1, ids=ids, drop_empty=True)
+    largest = [max((p for p in points if p.variant == v), key=lambda p: p.batch_size)
+               for v in dict.fromkeys(p.variant for p in points)]
+    plots = figures(*[figure(_breakdown_plot(p), f"{p.variant}, batch {p.batch_size}: live memory by category at "
+                                                  f"the predicted peak ({p.peak_where or p.peak_phase}).")
+                      for p in largest])
+    lead = (f"{mm.model} ({'exact shapes' if mm.exact else 'approximated by a Llama layer'}), {mm.dtype}, "
+            f"{mm.optimizer}, sequence {mm.seq_len}, {mm.device} semantics: what the shapes predict, held against "
+            "what was measured.")
+    return section("memory-model", "Analytic memory model: predicted versus measured", kv(per_token), t, plots,
+                   bullets(mm.notes, "notes"), lead=lead)
+
+
+def _attr(obj: Any, name: str) -> Any:
+    return getattr(obj, name, None) if obj is not None else None
 
 
 # trace -------------------------------------------------------------------------------------

@@ -98,6 +98,10 @@ def _memory_plot(facts: Facts, limit: tuple[int, str] | None) -> str:
         series.append(Series(v, [(b, p / div) for b, p in pts.items()], color))
         pred = {m.batch_size: m.predicted_peak_bytes for m in s.measurements
                 if m.variant == v and m.predicted_peak_bytes}
+        mm = facts.memory_model
+        for p in getattr(mm, "points", None) or []:
+            if p.variant == v and p.peak_bytes and p.batch_size not in pred:
+                pred[p.batch_size] = p.peak_bytes
         if pred:
             series.append(Series(f"{v} predicted", [(b, p / div) for b, p in pred.items()], color, dashed=True,
                                  markers=False))
@@ -145,7 +149,7 @@ def sweep_section(facts: Facts, config: dict | None = None) -> str:
                  ids=[rid for rid, _, _ in rows])
     limit = memory_limit(facts, config)
     caption = "Peak allocated memory per step; × marks the smallest batch that ran out of memory."
-    if any(m.predicted_peak_bytes for m in s.measurements):
+    if any(m.predicted_peak_bytes for m in s.measurements) or getattr(facts.memory_model, "points", None):
         caption += " Dashed: the memory model's prediction."
     peaks = [m.peak_allocated_bytes for m in s.measurements if m.peak_allocated_bytes]
     if limit and peaks and not any(first_oom(s, v) for v in variants_of(s)) and max(peaks) < 0.25 * limit[0]:
