@@ -173,7 +173,8 @@ def test_every_recorded_run_renders_a_section_per_measured_probe(run):
     expect = {"sweep": facts.sweep is not None and bool(facts.sweep.measurements or facts.sweep.trials),
               "granularity": facts.granularity is not None and bool(getattr(facts.granularity, "groups", None)),
               "jitter": facts.jitter is not None and bool(getattr(facts.jitter, "runs", None)),
-              "offload": facts.offload is not None,
+              "offload": facts.offload is not None and bool(getattr(facts.offload, "variants", None)),
+              "watch": facts.watch is not None and bool(getattr(facts.watch, "steps", None)),
               "trace": bool(facts.trace)}
     for sid, present in expect.items():
         if present:

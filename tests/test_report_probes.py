@@ -101,3 +101,14 @@ def test_jitter_rows_show_loss_differences_and_every_run_is_plotted(run):
     for r in facts.jitter.runs:
         if r.losses:
             assert f"<title>{r.name}</title>" in sec  # one curve per run in the loss plot
+
+
+@pytest.mark.parametrize("run", runs_with("watch", "steps"), ids=lambda r: r.name)
+def test_watched_run_rows_show_every_step(run):
+    facts, html = render(run)
+    rows = Rows(section_of(html, "watch")).rows
+    for s in facts.watch.steps:
+        cells = rows[f"step:{s.index}"]
+        assert cells[0] == str(s.index) and cells[1] == fnum(s.step_ms)
+        if s.loss is not None:
+            assert f"{s.loss:.5g}" in cells

@@ -22,6 +22,7 @@ from gcdoctor.report.html_probes import (granularity_section, memory_model_secti
                                          trace_section)
 from gcdoctor.report.html_sweep import sweep_section
 from gcdoctor.report.html_telemetry import telemetry_section
+from gcdoctor.report.html_watch import monitor_section, watch_section
 from gcdoctor.report.svg import esc
 
 SEVERITY_WORD = {"critical": "CRITICAL", "warning": "WARNING", "info": "NOTE", "ok": "OK", "inconclusive": "?"}
@@ -151,8 +152,8 @@ def environment_section(ctx: RenderContext) -> str:
 def _probe_sections(ctx: RenderContext) -> list[str]:
     f = ctx.facts
     return [sweep_section(f, ctx.config), granularity_section(f), offload_section(f), jitter_section(f),
-            memory_model_section(f), telemetry_section(f, ctx.run_dir), trace_section(f),
-            profiler_overhead_section(f)]
+            memory_model_section(f), watch_section(f), monitor_section(f), telemetry_section(f, ctx.run_dir),
+            trace_section(f), profiler_overhead_section(f)]
 
 
 # The page, in order. Other writers may append (ctx) -> html sections before rules/environment.
@@ -187,6 +188,7 @@ def _header(ctx: RenderContext) -> str:
 def _toc(body: str) -> str:
     names = [("bottom-line", "Bottom line"), ("sweep", "Batch sweep"), ("granularity", "Granularity"),
              ("offload", "Offload"), ("jitter", "Loss jitter"), ("memory-model", "Memory model"),
+             ("watch", "Watched run"), ("monitor", "Monitored job"),
              ("telemetry", "Telemetry"), ("trace", "Traces"), ("profiler-overhead", "Profiler overhead"),
              ("rules", "Other rules"), ("environment", "Environment")]
     links = "".join(f'<a href="#{sid}">{label}</a>' for sid, label in names if f'<section id="{sid}"' in body)
