@@ -227,3 +227,10 @@ def test_memory_model_predictions_sit_beside_the_measured_peaks(sweep_page):
         assert cells[:5] == [m.variant, str(m.batch_size), fbytes(p.peak_bytes), fbytes(m.peak_allocated_bytes),
                              f"{100 * (p.peak_bytes / m.peak_allocated_bytes - 1):+.1f}%"]
     assert html_lib.escape("Dashed: the memory model's prediction.") in html
+
+
+def test_reports_written_elsewhere_draw_the_timeline_from_the_source_run(sweep_page, tmp_path):
+    facts, verdicts, _ = sweep_page
+    without = write_reports(tmp_path / "a", facts, verdicts).read_text()
+    with_source = write_reports(tmp_path / "b", facts, verdicts, source_dir=SWEEP_RUN).read_text()
+    assert " over the run" not in without and " over the run" in with_source

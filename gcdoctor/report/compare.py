@@ -232,9 +232,13 @@ def _granularity_rows(a: Run, b: Run) -> list[Row]:
     rows: list[Row] = []
     la, lb = getattr(ga, "launch", None), getattr(gb, "launch", None)
     if la is not None or lb is not None:
-        rows.append(Row("granularity", "one kernel launch", _attr(la, "launch_us"), _attr(lb, "launch_us"), unit="µs"))
-        rows.append(Row("granularity", "host cost per checkpoint region", _attr(la, "region_host_us"),
-                        _attr(lb, "region_host_us"), unit="µs"))
+        for attr, label in (("launch_us", "one kernel launch"), ("enqueue_us", "host enqueue per launch"),
+                            ("region_fixed_us", "host cost per checkpoint region, fixed part"),
+                            ("region_per_op_us", "host cost per checkpoint region, per forward op")):
+            xa, xb = _attr(la, attr), _attr(lb, attr)
+            xa, xb = (None if callable(xa) else xa), (None if callable(xb) else xb)
+            if xa is not None or xb is not None:
+                rows.append(Row("granularity", label, xa, xb, unit="µs"))
     groups_a = {g.name: g for g in getattr(ga, "groups", []) or []}
     groups_b = {g.name: g for g in getattr(gb, "groups", []) or []}
     for name in list(dict.fromkeys(list(groups_a) + list(groups_b))):

@@ -29,6 +29,29 @@ def _granularity_plot(group: Any) -> str:
                      y_label="activation memory saved (%)", y_from_zero=True)
 
 
+def _v(obj: Any, name: str) -> Any:
+    """A data field of a facts object, or None (absent in an older or newer shape, or a method)."""
+    value = getattr(obj, name, None) if obj is not None else None
+    return None if callable(value) else value
+
+
+# (header, field, formatter) of the granularity table; fields a facts version lacks show as empty
+GRANULARITY_COLUMNS = [
+    ("regions/step", "regions_per_step", fnum),
+    ("checkpointed ops/step", "checkpointed_ops_per_step", fnum),
+    ("recomputed ops/step", "recomputed_ops_per_step", fnum),
+    ("peak", "peak_allocated_bytes", fbytes),
+    ("kept for backward", "saved_activation_bytes", fbytes),
+    ("time added", "time_added_pct", lambda x: fpct(x, signed=True)),
+    ("memory saved", "memory_saved_bytes", fbytes),
+    ("saved %", "memory_saved_pct", fpct),
+    ("kernels/step", "kernels_per_step", lambda x: fnum(x, 0)),
+    ("device idle", "device_idle_share", fshare),
+    ("mean kernel", "kernel_mean_us", lambda x: by_unit("kernel_mean_us", x)),
+    ("CPU ops/step", "cpu_ops_per_step", lambda x: fnum(x, 0)),
+]
+
+
 def _granularity_group(group: Any) -> str:
     best_fn = getattr(group, "best_tradeoff", None)
     best = best_fn() if callable(best_fn) else None
@@ -36,24 +59,18 @@ def _granularity_group(group: Any) -> str:
             f"{group.seq_len}, {group.n_layers} layers of hidden size {group.hidden_size}, {group.dtype}.")
     lines = [head]
     if best is not None:
-        lines.append(f"Best trade-off: {best.variant}, {fpct(best.memory_saved_pct)} of the activations saved "
-                     f"for {fpct(best.time_added_pct, signed=True)} step time.")
+        lines.append(f"Best trade-off: {best.variant}, {fpct(best.memory_saved_pct)} of the activation memory "
+                     f"kept for backward saved, for {fpct(best.time_added_pct, signed=True)} step time.")
     rows, ids = [], []
     for v in group.variants:
-        m = getattr(v, "measurement", None)
+        m = _v(v, "measurement")
         fits = m is None or m.fits
-        rows.append([v.variant, v.description or "",
-                     v.regions_per_step, v.recomputed_ops_per_step,
-                     fnum(v.step_ms) if fits else f"OOM ({m.oom_phase})",
-                     fbytes(v.peak_allocated_bytes), fbytes(v.activation_peak_bytes),
-                     fpct(v.time_added_pct, signed=True), fbytes(v.memory_saved_bytes), fpct(v.memory_saved_pct),
-                     fnum(v.kernels_per_step, 0), fshare(v.device_idle_share),
-                     by_unit("kernel_mean_us", v.kernel_mean_us),
-                     fnum(v.cpu_ops_per_step, 0)])
+        step = fnum(_v(v, "step_ms")) if fits else f"OOM ({m.oom_phase})"
+        rows.append([v.variant, _v(v, "description") or "", step]
+                    + [None if _v(v, f) is None else fmt(_v(v, f)) for _, f, fmt in GRANULARITY_COLUMNS])
         ids.append(f"{group.name}:{v.variant}")
-    t = table(["variant", "what is checkpointed", "regions/step", "recomputed ops/step", "step ms", "peak",
-               "activations", "time added", "memory saved", "saved %", "kernels/step", "device idle",
-               "mean kernel", "CPU ops/step"], rows, numeric_from=2, ids=ids, drop_empty=True)
+    t = table(["variant", "what is checkpointed", "step ms"] + [h for h, _, _ in GRANULARITY_COLUMNS], rows,
+              numeric_from=2, ids=ids, drop_empty=True)
     plot = figure(_granularity_plot(group), "Each point is one granularity at equal batch; up and to the left "
                                             "is better (more memory saved for less time).")
     return f'<h3>{esc(group.name)}</h3>' + para(" ".join(lines)) + figures(plot) + t
@@ -62,16 +79,24 @@ def _granularity_group(group: Any) -> str:
 def _launch_cost(lc: Any) -> str:
     if lc is None:
         return ""
-    rows = [("one kernel launch (back to back, synchronised)", by_unit("launch_us", lc.launch_us)),
-            ("host enqueue per launch", by_unit("enqueue_us", lc.enqueue_us)),
-            ("graph replay per op" + (f" ({lc.graph_api})" if lc.graph_api else ""),
-             by_unit("graph_replay_us_per_op", lc.graph_replay_us_per_op)),
-            ("tiny region fwd+bwd, plain", by_unit("region_plain_us", lc.region_plain_us)),
-            ("the same inside checkpoint()", by_unit("region_checkpoint_us", lc.region_checkpoint_us)),
-            ("ops recomputed by that region", lc.region_recomputed_ops),
-            ("host cost per checkpoint region", by_unit("region_host_us", lc.region_host_us))]
+    fixed, per_op = _v(lc, "region_fixed_us"), _v(lc, "region_per_op_us")
+    graph_api = _v(lc, "graph_api")
+    rows = [("one kernel launch (back to back, synchronised)", by_unit("launch_us", _v(lc, "launch_us"))),
+            ("host enqueue per launch", by_unit("enqueue_us", _v(lc, "enqueue_us"))),
+            ("graph replay per op" + (f" ({graph_api})" if graph_api else ""),
+             by_unit("graph_replay_us_per_op", _v(lc, "graph_replay_us_per_op"))),
+            ("host cost per checkpoint region", f"{fnum(fixed, 1)} µs + {fnum(per_op, 2)} µs per forward op"
+             if fixed is not None and per_op is not None else None),
+            # older facts: one tiny region timed, its host cost as a number
+            ("host cost per checkpoint region", by_unit("region_host_us", _v(lc, "region_host_us")))]
     rows = [(k, v) for k, v in rows if v not in (None, "—")]
-    return "<h3>Launch cost of this device</h3>" + kv(rows) + bullets(getattr(lc, "notes", []), "notes")
+    points = _v(lc, "region_points") or []
+    pt = table(["region", "forward ops", "recomputed ops", "plain", "in checkpoint()", "extra beyond launches"],
+               [[_v(p, "name"), _v(p, "forward_ops"), _v(p, "recomputed_ops"), by_unit("plain_us", _v(p, "plain_us")),
+                 by_unit("checkpoint_us", _v(p, "checkpoint_us")), by_unit("extra_us", _v(p, "extra_us"))]
+                for p in points]) if points else ""
+    return ("<h3>Launch cost of this device</h3>" + kv(rows) + pt
+            + bullets(_v(lc, "notes") or [], "notes"))
 
 
 def granularity_section(facts: Facts) -> str:
