@@ -12,6 +12,7 @@ CAUSE_PAGEABLE = "pageable copies"
 CAUSE_LINK = "a saturated link"
 CAUSE_OPTIMIZER = "a host-bound optimizer step"
 CAUSE_EXPOSED = "copies not overlapped with compute"
+CAUSE_WAIT = "the device waiting on the host"
 
 FIXES = {
     CAUSE_PAGEABLE: "pin the host memory: save_on_cpu(pin_memory=True), DeepSpeed offload_optimizer/offload_param "
@@ -23,6 +24,8 @@ FIXES = {
     CAUSE_OPTIMIZER: "give the host optimizer more CPU (more cores/threads for DeepSpeed's CPU Adam, OMP_NUM_THREADS, "
                      "no other load on those cores) or offload fewer states (keep the optimizer on the device "
                      "where memory allows, or offload only part of it: ZeRO-Offload++ ratio, ZenFlow)",
+    CAUSE_WAIT: "find what the host does while the device waits (GC021; blocking copies, .item()/.cpu() "
+                "synchronisations, a CPU optimizer without enough cores) and move it off the critical path",
     CAUSE_EXPOSED: "overlap the copies with compute (pinned memory, non_blocking copies on a side stream, "
                    "prefetch the next layer's checkpoint during the current layer's backward), or offload less",
 }
@@ -236,6 +239,9 @@ def _explain(cause: str, r: StallReading) -> str:
                 else f"the device is busy only {pct(r.optimizer_device_busy_share):.0f}% of it")
         return (f"The optimizer phase is {pct(r.optimizer_share):.0f}% of the step and {busy}: the device waits for "
                 "the host's optimizer step.")
+    if cause == CAUSE_WAIT:
+        return ("Most of the stall is the device idle with its next operation not yet issued, and the host is not "
+                "saturated: it is blocked or busy elsewhere, not computing for the device.")
     return ("The copies are neither pageable nor at the link's peak: they are simply issued where no compute runs "
             "beside them (on the compute stream, or waited for at once).")
 
@@ -257,7 +263,9 @@ def _causes(r: StallReading, t: dict[str, float]) -> list[str]:
                           and r.optimizer_device_busy_share < t["max_optimizer_device_busy_share"])
         if host_bound:
             causes.append(CAUSE_OPTIMIZER)
-    return causes or [CAUSE_EXPOSED]
+    if not causes:
+        causes.append(CAUSE_WAIT if r.host_wait_share > r.exposed_copy_share else CAUSE_EXPOSED)
+    return causes
 
 
 def _from_row(facts: Facts, v: OffloadVariant, ref_stall: float | None) -> StallReading:

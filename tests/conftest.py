@@ -24,3 +24,34 @@ def micro_llama(tmp_path: Path) -> str:
     path.parent.mkdir()
     path.write_text(json.dumps(MICRO_LLAMA))
     return str(path)
+
+
+OFFLOAD_SAMPLE = SAMPLES / "cpu-tiny-llama-offload" / "facts.json"
+H200_PCIE_GBS = 63.008  # Gen5 x16, per direction
+
+
+@pytest.fixture
+def offload_gpu_like():
+    """Builder for GC020/GC021 tests: the recorded CPU offload run with each named variant's trace
+    replaced by a hand-made device trace (tests/data/offload-<name>.json), its measurement given the
+    telemetry summary and optimizer share passed in, and its row derived again as the probe does."""
+    from gcdoctor.facts import Facts
+    from gcdoctor.probes.offload import derive
+    from gcdoctor.trace import compute_metrics, load_trace
+
+    def build(traces: dict, telemetry: dict | None = None, optimizer_share: dict | None = None):
+        facts = Facts.load(OFFLOAD_SAMPLE)
+        facts.environment.device_kind, facts.environment.pcie_peak_gbs = "cuda", H200_PCIE_GBS
+        for variant, name in traces.items():
+            key = f"offload/{variant}"
+            facts.trace = {k: v for k, v in facts.trace.items() if k != key and not k.startswith(key + "|")}
+            for window, tm in compute_metrics(load_trace(REPO / "tests" / "data" / f"offload-{name}.json")).items():
+                facts.trace[key if window == "all" else f"{key}|{window}"] = tm
+            row = facts.offload.get(variant)
+            row.measurement.telemetry = (telemetry or {}).get(variant, {})
+            if optimizer_share and variant in optimizer_share:
+                row.measurement.optimizer_ms_median = optimizer_share[variant] * row.measurement.step_ms_median
+            derive(row, row.measurement, facts, facts.offload, H200_PCIE_GBS)
+        return facts
+
+    return build

@@ -131,9 +131,12 @@ def test_default_cpu_run_skips_zero2_while_cpu_adam_is_not_compiled(run, monkeyp
 
 def test_without_deepspeed_the_torch_variants_still_run(tmp_path, monkeypatch):
     monkeypatch.setattr(_deepspeed, "load", lambda kind: (None, "deepspeed is not importable (test)"))
+    # the reference and the two DeepSpeed variants are enough to show it (and keep the test short)
+    monkeypatch.setattr(offload, "VARIANTS", tuple(v for v in offload.VARIANTS if v.name in
+                                                   ("gc", offload.CKPT_CPU, offload.ZERO2)))
     s = Session(_config(tmp_path, profile=False, warmup_steps=0))
     s.run()
     o = s.facts.offload
-    assert [v.variant for v in o.variants if v.ran] == ALL[:4]
-    assert o.get(offload.ZERO2).skipped == "deepspeed is not importable (test)"
+    assert [v.variant for v in o.variants if v.ran] == ["gc"]
+    assert o.get(offload.CKPT_CPU).skipped == o.get(offload.ZERO2).skipped == "deepspeed is not importable (test)"
     assert s.facts.unavailable["offload.deepspeed"] == "deepspeed is not importable (test)"

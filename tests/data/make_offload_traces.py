@@ -8,6 +8,7 @@ x16: 63 GB/s per direction), laid out so every metric can be worked out by hand.
              (4 MB), kernel 900-1000. Exposed copies 400 of 1000 us; 20 GB/s.
   saturated  kernel 0-350, DtoH pinned 350-450 (6 MB), kernel 450-800, HtoD pinned 800-900 (6 MB),
              kernel 900-1000. Exposed copies 200 of 1000 us; 60 GB/s (>= 80% of 63).
+  exposed    as saturated with 2 MB per copy: pinned, 20 GB/s, exposed 200 of 1000 us.
   overlapped kernel 0-1000 on stream 7; DtoH pinned 100-300 and HtoD pinned 500-700 (4 MB each)
              on stream 8, under the kernel. Nothing exposed.
   hostopt    kernel 0-300 (forward+backward, labelled); gcdoctor/optimizer host range 300-950
@@ -102,6 +103,15 @@ def saturated(t: Trace, b: float) -> None:
     t.kernel(b + 900, b + 1000)
 
 
+def exposed(t: Trace, b: float) -> None:
+    t.cpu_op("aten::train_step", b - 25, b + 965)
+    t.kernel(b, b + 350)
+    t.memcpy("DtoH", "Pinned", 2_000_000, b + 350, b + 450)
+    t.kernel(b + 450, b + 800)
+    t.memcpy("HtoD", "Pinned", 2_000_000, b + 800, b + 900)
+    t.kernel(b + 900, b + 1000)
+
+
 def overlapped(t: Trace, b: float) -> None:
     t.cpu_op("aten::train_step", b - 25, b + 965)
     t.kernel(b, b + 1000)
@@ -135,7 +145,7 @@ def clean(t: Trace, b: float) -> None:
     t.kernel(b + 500, b + 1000)
 
 
-TRACES = {"pageable": pageable, "saturated": saturated, "overlapped": overlapped, "hostopt": hostopt,
+TRACES = {"pageable": pageable, "saturated": saturated, "exposed": exposed, "overlapped": overlapped, "hostopt": hostopt,
           "hostwait": hostwait, "clean": clean}
 
 

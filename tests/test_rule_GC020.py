@@ -1,0 +1,159 @@
+"""GC020 offload-stall: on the offload facts of a real CPU run (samples/cpu-tiny-llama-offload), with
+device metrics from the hand-made traces of tests/data/offload-*.json put under its variants (as a
+GPU run would have them), and on those traces analysed bare (`gcdoctor analyze trace.json`)."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from gcdoctor.engine import evaluate
+from gcdoctor.facts import Facts
+from gcdoctor.facts.telemetry import SeriesSummary
+from gcdoctor.rules import BY_CODE
+from gcdoctor.trace import facts_from_trace
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "samples" / "cpu-tiny-llama-offload" / "facts.json"
+DATA = REPO / "tests" / "data"
+RULE = BY_CODE["GC020"]
+
+
+def judge(facts: Facts, **overrides: float) -> dict[str, object]:
+    verdicts = evaluate(facts, [RULE], overrides={"GC020": overrides} if overrides else None)
+    return {v.subject: v for v in verdicts}
+
+
+def tel(**means: float) -> dict[str, SeriesSummary]:
+    """A telemetry summary whose series are constant at the given values."""
+    return {k.replace("__", "."): SeriesSummary(mean=v, min=v, max=v, n=10) for k, v in means.items()}
+
+
+# the recorded run's variants, each given a device trace without any stall
+ALL_CLEAN = {"gc": "clean", "gc+save_on_cpu-pinned": "overlapped", "gc+save_on_cpu-pageable": "overlapped",
+             "save_on_cpu-pinned": "overlapped", "deepspeed-ckpt-cpu": "overlapped",
+             "deepspeed-zero2-offload+gc": "overlapped"}
+
+
+# -- the offload probe's facts ------------------------------------------------------------------
+
+def test_inconclusive_on_the_recorded_cpu_run():
+    (v,) = judge(Facts.load(SAMPLE)).values()
+    assert v.status == "inconclusive"
+    assert "CPU run" in v.headline
+
+
+def test_silent_when_every_offload_is_overlapped(offload_gpu_like):
+    (v,) = judge(offload_gpu_like(ALL_CLEAN)).values()
+    assert v.status == "passed"
+
+
+def test_fires_critical_on_pageable_activation_offload(offload_gpu_like):
+    verdicts = judge(offload_gpu_like({**ALL_CLEAN, "gc+save_on_cpu-pageable": "pageable"}))
+    assert list(verdicts) == ["gc+save_on_cpu-pageable"]
+    v = verdicts["gc+save_on_cpu-pageable"]
+    assert (v.status, v.severity) == ("fired", "critical")
+    assert v.headline == ("gc+save_on_cpu-pageable: the device stalls on the offload 40% of the step more than "
+                          "without offload (pageable copies)")
+    assert v.recommendation.startswith("pageable copies: pin the host memory")
+
+
+def test_fires_on_a_saturated_link_seen_by_telemetry_and_trace(offload_gpu_like):
+    facts = offload_gpu_like({**ALL_CLEAN, "gc+save_on_cpu-pinned": "saturated"},
+                     telemetry={"gc+save_on_cpu-pinned": tel(gpu0__pcie_rx_gbs=55.0, gpu0__pcie_tx_gbs=54.0)})
+    v = judge(facts)["gc+save_on_cpu-pinned"]
+    assert (v.status, v.severity) == ("fired", "warning")
+    assert v.headline.endswith("20% of the step more than without offload (a saturated link)")
+    ev = {e.label: e.value for e in v.evidence}
+    assert ev["PCIe RX (host to device) mean / max"] == "55.0 / 55.0"
+    assert ev["copy bandwidth HtoD / DtoH"] == "60.0 / 60.0"
+
+
+def test_fires_on_a_host_bound_optimizer_with_a_busy_cpu(offload_gpu_like):
+    facts = offload_gpu_like({**ALL_CLEAN, "deepspeed-zero2-offload+gc": "hostopt"},
+                     telemetry={"deepspeed-zero2-offload+gc": tel(cpu_pct=97.0, cpu_max_core_pct=100.0,
+                                                                   proc_cpu_pct=190.0)},
+                     optimizer_share={"deepspeed-zero2-offload+gc": 0.65})
+    v = judge(facts)["deepspeed-zero2-offload+gc"]
+    assert (v.status, v.severity) == ("fired", "critical")
+    assert v.headline.endswith("65% of the step more than without offload (a host-bound optimizer step)")
+    assert "more cores/threads for DeepSpeed's CPU Adam" in v.recommendation
+
+
+def test_an_idle_cpu_is_not_a_host_bound_optimizer(offload_gpu_like):
+    facts = offload_gpu_like({**ALL_CLEAN, "deepspeed-zero2-offload+gc": "hostopt"},
+                     telemetry={"deepspeed-zero2-offload+gc": tel(cpu_pct=20.0, cpu_max_core_pct=40.0,
+                                                                   proc_cpu_pct=30.0)},
+                     optimizer_share={"deepspeed-zero2-offload+gc": 0.65})
+    v = judge(facts)["deepspeed-zero2-offload+gc"]
+    assert v.headline.endswith("(the device waiting on the host)")
+
+
+def test_a_stall_the_reference_has_too_is_not_blamed_on_the_offload(offload_gpu_like):
+    # the host waits just as long without offload: the offload adds nothing
+    (v,) = judge(offload_gpu_like({**ALL_CLEAN, "gc": "hostwait", "gc+save_on_cpu-pinned": "hostwait"})).values()
+    assert v.status == "passed"
+
+
+def test_threshold_override_silences_the_warning(offload_gpu_like):
+    facts = offload_gpu_like({**ALL_CLEAN, "gc+save_on_cpu-pinned": "saturated"})
+    (v,) = judge(facts, min_stall_share=0.25).values()
+    assert v.status == "passed"
+
+
+def test_a_skipped_variant_is_ignored(offload_gpu_like):
+    facts = offload_gpu_like({**ALL_CLEAN, "gc+save_on_cpu-pageable": "pageable"})
+    row = facts.offload.get("gc+save_on_cpu-pageable")
+    row.skipped, row.measurement = "failed: test", None
+    (v,) = judge(facts).values()
+    assert v.status == "passed"
+
+
+# -- bare traces --------------------------------------------------------------------------------
+
+def bare(name: str) -> Facts:
+    return facts_from_trace(DATA / f"offload-{name}.json")
+
+
+def test_bare_trace_pageable_copies_fire_on_the_trace_alone():
+    v = judge(bare("pageable"))["trace"]
+    assert (v.status, v.severity) == ("fired", "critical")
+    assert v.headline == "trace: the device stalls on the offload 40% of the step (pageable copies)"
+    assert "Telemetry unavailable (a bare trace): judged on the trace alone." in v.explanation
+
+
+def test_bare_trace_copies_at_the_link_peak_are_a_saturated_link():
+    v = judge(bare("saturated"))["trace"]
+    assert (v.severity, v.headline) == ("warning", "trace: the device stalls on the offload 20% of the step "
+                                                   "(a saturated link)")
+
+
+def test_bare_trace_pinned_copies_below_the_link_peak_are_merely_not_overlapped():
+    v = judge(bare("exposed"))["trace"]
+    assert v.headline == "trace: the device stalls on the offload 20% of the step (copies not overlapped with compute)"
+    assert v.recommendation.startswith("copies not overlapped with compute: overlap the copies with compute")
+
+
+def test_bare_trace_host_optimizer_is_found_without_telemetry():
+    v = judge(bare("hostopt"))["trace"]
+    assert v.headline == "trace: the device stalls on the offload 65% of the step (a host-bound optimizer step)"
+    assert "the device is busy only 15% of it" in v.explanation
+
+
+@pytest.mark.parametrize("name", ["overlapped", "clean"])
+def test_bare_trace_silent(name):
+    (v,) = judge(bare(name)).values()
+    assert v.status == "passed"
+
+
+def test_bare_trace_without_copies_says_so():
+    (v,) = judge(bare("clean")).values()
+    assert v.headline == "No host-device copy traffic to stall on: copies take 0.0% of the device time"
+
+
+def test_no_offload_and_no_trace_is_inconclusive():
+    facts = copy.deepcopy(Facts.load(SAMPLE))
+    facts.offload, facts.trace = None, {}
+    (v,) = judge(facts).values()
+    assert v.status == "inconclusive"
