@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from gcdoctor.errors import UserError
 from gcdoctor.probes.batch_sweep import SweepProbe
+from gcdoctor.probes.jitter import JitterProbe
 from gcdoctor.probes.offload import OffloadProbe
 
-PROBES = [SweepProbe(), OffloadProbe()]
+PROBES = [SweepProbe(), OffloadProbe(), JitterProbe()]
 
 
 def select_probes(names: list[str] | None, device_kind: str) -> list:
