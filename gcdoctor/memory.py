@@ -64,9 +64,10 @@ class Workload:
     gc: bool = False  # layer-level checkpointing (non-reentrant), decoder layers only
     device: str = "cuda"
     master_weights: bool = False  # fp32 master copy + fp32 Adam states (plan only; not measured)
-    # The step keeps `out` (and so its logits) alive from the forward to the step's end,
-    # as `out = model(...); out.loss.backward(); optimizer.step()` does.
-    keep_logits: bool = True
+    # Whether the caller holds the model output (and so its logits) from the forward to the
+    # step's end, as `out = model(...); out.loss.backward(); optimizer.step()` does. gcdoctor's
+    # capture computes the loss inside a helper and drops `out`: the logits die after the loss.
+    keep_logits: bool = False
 
     def check(self) -> None:
         if self.dtype not in DTYPE_BYTES:
@@ -724,7 +725,7 @@ def usable_bytes(device_memory_bytes: int, device: str = "cuda") -> int:
 
 def max_batch(spec: Any, limit_bytes: int, seq_len: int, dtype: str = "bf16", optimizer: str = "adamw",
               gc: bool = False, device: str = "cuda", master_weights: bool = False,
-              keep_logits: bool = True, cap: int = 1 << 16) -> int:
+              keep_logits: bool = False, cap: int = 1 << 16) -> int:
     """Largest batch whose predicted peak (the same `predict`) is at most `limit_bytes`.
 
     0 when not even batch 1 fits. Peaks grow with the batch, so a doubling then a bisection
@@ -805,3 +806,27 @@ def memory_model_facts(spec: Any, seq_len: int, dtype: str = "bf16", optimizer: 
     if spec.model_type not in EXACT_TYPES:
         mm.notes.append(f"model_type {spec.model_type!r} is approximated by a Llama layer")
     return mm
+
+
+def predict_for_measurement(ctx: Any, m: Any, variant: str) -> int | None:
+    """The batch-sweep probe's hook: predict the measured point `m` of `variant`.
+
+    Stores the prediction in `ctx.facts.memory_model` (created on first use, with the
+    device's capacity and the predicted largest batches) and returns the predicted peak.
+    `ctx` is the session's ProbeContext (spec as built, dtype, seq_len, config.optimizer,
+    backend); the step predicted is gcdoctor.capture.TrainingStep's.
+    """
+    kind = ctx.backend.kind if ctx.backend.kind in DEVICE_KINDS else "cuda"
+    seq_len = getattr(m, "seq_len", None) or ctx.seq_len
+    optimizer = getattr(ctx.config, "optimizer", None) or "adamw"
+    mm = ctx.facts.memory_model
+    if mm is None or (mm.seq_len, mm.dtype, mm.optimizer) != (seq_len, ctx.dtype, optimizer):
+        capacity = ctx.backend.memory_limit() or ctx.backend.total_memory()
+        mm = memory_model_facts(ctx.spec, seq_len, ctx.dtype, optimizer, kind, capacity_bytes=capacity)
+        ctx.facts.memory_model = mm
+    existing = mm.get(variant, m.batch_size)
+    if existing is None:
+        pred = predict(ctx.spec, Workload(m.batch_size, seq_len, ctx.dtype, optimizer, variant == "gc", kind))
+        existing = predicted_point(pred, mm.usable_bytes)
+        mm.points.append(existing)
+    return existing.peak_bytes

@@ -5,6 +5,7 @@ so a prediction can be checked against a measurement of the same configuration.
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any
@@ -119,25 +120,67 @@ def _why_not(pred: M.Prediction, usable: int) -> str:
     return line
 
 
-def run_plan(model: str, device_memory: str | int, seq_len: int = DEFAULT_SEQ_LEN, dtype: str = DEFAULT_DTYPE,
-             optimizer: str = DEFAULT_OPTIMIZER, layers: int | None = None, gc_modes: Any = None,
-             as_json: bool = False, device: str = "cuda", master_weights: bool = False) -> tuple[str, dict]:
+def _from_args(args: Any) -> dict[str, Any]:
+    """run_plan's keyword arguments from the CLI's argparse namespace (`gcdoctor plan ...`)."""
+    dev = (getattr(args, "device", None) or "auto").lower()
+    kind = dev.partition(":")[0]
+    if kind == "auto":
+        kind = "cuda"
+    if kind not in M.DEVICE_KINDS:
+        raise UserError(f"--device {dev!r}: expected cpu, cuda, cuda:N, musa or musa:N")
+    master = getattr(args, "master_weights", None)
+    return {
+        "model": getattr(args, "model", None), "device_memory": args.device_memory,
+        "seq_len": getattr(args, "seq_len", None), "dtype": getattr(args, "dtype", None),
+        "optimizer": getattr(args, "optimizer", None), "layers": getattr(args, "layers", None),
+        "gc_modes": getattr(args, "gc", None), "as_json": bool(getattr(args, "json", False)), "device": kind,
+        "master_weights": master in (True, "fp32"), "batch_sizes": getattr(args, "batch_sizes", None),
+    }
+
+
+def _batch_list(batch_sizes: Any) -> list[int] | None:
+    if batch_sizes is None:
+        return None
+    items = batch_sizes.split(",") if isinstance(batch_sizes, str) else list(batch_sizes)
+    try:
+        out = sorted({int(str(x).strip()) for x in items if str(x).strip()})
+    except ValueError:
+        raise UserError(f"--batch-sizes {batch_sizes!r}: expected comma-separated positive integers") from None
+    if not out or out[0] < 1:
+        raise UserError(f"--batch-sizes {batch_sizes!r}: expected comma-separated positive integers")
+    return out
+
+
+def run_plan(model: Any = None, device_memory: str | int | None = None, seq_len: int | None = None,
+             dtype: str | None = None, optimizer: str | None = None, layers: int | None = None,
+             gc_modes: Any = None, as_json: bool = False, device: str = "cuda", master_weights: bool = False,
+             batch_sizes: Any = None) -> tuple[str, dict]:
     """Predict peak memory vs batch size on a card of `device_memory`; return (text, data).
 
-    `text` is the human table (or the JSON text when `as_json`); `data` always holds the same
-    content as a dict, including `max_batch_no_gc` and `max_batch_gc` (0: not even batch 1
-    fits; None: that mode was not asked for).
+    `model` may also be the CLI's argparse namespace. Defaults are diagnose's: on a device
+    llama3-8b, bf16, seq 4096; on the CPU tiny-llama, fp32, seq 128; AdamW. `text` is the
+    human table (or the JSON text when `as_json`); `data` always holds the same content as a
+    dict, including `max_batch_no_gc` and `max_batch_gc` (0: not even batch 1 fits; None:
+    that mode was not asked for).
     """
-    import json
-
+    if model is not None and hasattr(model, "device_memory"):
+        return run_plan(**_from_args(model))
+    if device not in M.DEVICE_KINDS:
+        raise UserError(f"--device {device!r}: use one of {', '.join(M.DEVICE_KINDS)}")
+    on_cpu = device == "cpu"
+    model = model or ("tiny-llama" if on_cpu else "llama3-8b")
+    if seq_len is None:
+        seq_len = 128 if on_cpu else DEFAULT_SEQ_LEN
+    dtype = dtype or ("fp32" if on_cpu else DEFAULT_DTYPE)
+    optimizer = optimizer or DEFAULT_OPTIMIZER
+    if device_memory is None:
+        raise UserError("--device-memory is required, e.g. 48GB, 80GiB or 141e9")
     if not isinstance(seq_len, int) or seq_len < 1:
         raise UserError(f"--seq-len {seq_len!r}: must be a positive integer")
     if dtype not in M.DTYPE_BYTES:
         raise UserError(f"--dtype {dtype!r}: use one of {', '.join(M.DTYPE_BYTES)}")
     if optimizer not in M.OPTIMIZERS:
         raise UserError(f"--optimizer {optimizer!r}: use one of {', '.join(M.OPTIMIZERS)}")
-    if device not in M.DEVICE_KINDS:
-        raise UserError(f"--device {device!r}: use one of {', '.join(M.DEVICE_KINDS)}")
     modes = _modes(gc_modes)
     capacity = parse_memory(device_memory)
     spec = load_spec(model, layers)
@@ -151,7 +194,7 @@ def run_plan(model: str, device_memory: str | int, seq_len: int = DEFAULT_SEQ_LE
 
     best = {m: M.max_batch(spec, usable, seq_len, dtype, optimizer, m == "gc", device, master_weights)
             for m in modes}
-    batches = _table_batches(best)
+    batches = _batch_list(batch_sizes) or _table_batches(best)
     rows = []
     for b in batches:
         for m in modes:

@@ -70,15 +70,15 @@ def _predicted(spec, w: M.Workload) -> dict[str, int]:
 
 CASES = {
     # name: (config overrides, workload)
-    "gqa-fp32-adamw": ({}, M.Workload(2, 64, "fp32", "adamw", False, "cpu")),
-    "gqa-bf16-adamw-batch1": ({}, M.Workload(1, 128, "bf16", "adamw", False, "cpu")),
-    "gqa-bf16-sgd-gc": ({}, M.Workload(2, 64, "bf16", "sgd", True, "cpu")),
-    "mha-fp32-sgd": ({"num_key_value_heads": 8}, M.Workload(3, 96, "fp32", "sgd", False, "cpu")),
-    "mha-bf16-adamw-gc": ({"num_key_value_heads": 8}, M.Workload(3, 96, "bf16", "adamw", True, "cpu")),
-    "tied-bf16-adamw": ({"tie_word_embeddings": True}, M.Workload(2, 64, "bf16", "adamw", False, "cpu")),
-    "tied-fp32-sgd-gc": ({"tie_word_embeddings": True, "vocab_size": 4096}, M.Workload(2, 32, "fp32", "sgd", True, "cpu")),
-    "qkv-bias-bf16": ({"model_type": "qwen2", "attention_bias": True}, M.Workload(2, 64, "bf16", "adamw", False, "cpu")),
-    "long-seq-bf16-gc": ({"vocab_size": 256}, M.Workload(2, 256, "bf16", "sgd", True, "cpu")),
+    "gqa-fp32-adamw": ({}, M.Workload(2, 64, "fp32", "adamw", False, "cpu", keep_logits=True)),
+    "gqa-bf16-adamw-batch1": ({}, M.Workload(1, 128, "bf16", "adamw", False, "cpu", keep_logits=True)),
+    "gqa-bf16-sgd-gc": ({}, M.Workload(2, 64, "bf16", "sgd", True, "cpu", keep_logits=True)),
+    "mha-fp32-sgd": ({"num_key_value_heads": 8}, M.Workload(3, 96, "fp32", "sgd", False, "cpu", keep_logits=True)),
+    "mha-bf16-adamw-gc": ({"num_key_value_heads": 8}, M.Workload(3, 96, "bf16", "adamw", True, "cpu", keep_logits=True)),
+    "tied-bf16-adamw": ({"tie_word_embeddings": True}, M.Workload(2, 64, "bf16", "adamw", False, "cpu", keep_logits=True)),
+    "tied-fp32-sgd-gc": ({"tie_word_embeddings": True, "vocab_size": 4096}, M.Workload(2, 32, "fp32", "sgd", True, "cpu", keep_logits=True)),
+    "qkv-bias-bf16": ({"model_type": "qwen2", "attention_bias": True}, M.Workload(2, 64, "bf16", "adamw", False, "cpu", keep_logits=True)),
+    "long-seq-bf16-gc": ({"vocab_size": 256}, M.Workload(2, 256, "bf16", "sgd", True, "cpu", keep_logits=True)),
 }
 
 
@@ -138,7 +138,7 @@ def test_device_semantics_match_real_autograd_on_the_cpu(tmp_path):
     from torch.profiler import ProfilerActivity, profile
 
     spec = _spec(tmp_path, vocab_size=256)
-    w = M.Workload(2, 256, "bf16", "sgd", True, "cpu")
+    w = M.Workload(2, 256, "bf16", "sgd", True, "cpu", keep_logits=True)
     torch.manual_seed(0)
     model = build_model(spec, "bf16", "cpu")
     model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
@@ -165,3 +165,26 @@ def test_device_semantics_match_real_autograd_on_the_cpu(tmp_path):
     resident = pred.baseline_bytes - 8 * w.batch_size * w.seq_len  # the trace starts before the batch
     # CPU kernels' internal buffers (flash attention's, a few KiB) are the only unmodelled bytes
     assert pred.fwd_bwd.bytes - resident == pytest.approx(peak, rel=TOL)
+
+
+@pytest.mark.parametrize("gc", [False, True])
+def test_gcdoctor_capture_step_is_predicted(gc, tmp_path):
+    """gcdoctor's own TrainingStep computes the loss in a helper and drops the model output,
+    so the logits die after the loss (Workload.keep_logits=False, the default)."""
+    from gcdoctor.capture import TrainingStep, enable_layer_checkpointing
+
+    spec = _spec(tmp_path)
+    w = M.Workload(2, 64, "bf16", "adamw", gc, "cpu")
+    model = build_model(spec, "bf16", "cpu")
+    if gc:
+        enable_layer_checkpointing(model)
+    be = CpuBackend()
+    with be.tracking(*model.parameters(), *model.buffers()):
+        step = TrainingStep(model, be, w.batch_size, w.seq_len, "adamw")
+        step.run()
+        rec = step.run()
+    pred = M.predict(spec, w)
+    assert rec.baseline_allocated_bytes == pred.baseline_bytes
+    assert rec.activation_after_forward_bytes == pytest.approx(pred.activations_after_forward_bytes, rel=TOL)
+    assert rec.peak_fwd_bwd_allocated_bytes == pytest.approx(pred.fwd_bwd.bytes, rel=TOL)
+    assert rec.peak_optimizer_allocated_bytes == pytest.approx(pred.optimizer.bytes, rel=TOL)

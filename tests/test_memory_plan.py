@@ -56,8 +56,8 @@ def test_model_states_that_exceed_the_card_are_named_as_the_reason():
 def test_json_has_both_largest_batches_and_every_point():
     text, data = run_plan("llama3-8b", "150754820096", as_json=True)
     loaded = json.loads(text)
-    assert (loaded["max_batch_no_gc"], loaded["max_batch_gc"]) == (2, 11)
-    assert {(p["variant"], p["batch_size"]) for p in loaded["points"]} >= {("no_gc", 2), ("no_gc", 3), ("gc", 11), ("gc", 12)}
+    assert (loaded["max_batch_no_gc"], loaded["max_batch_gc"]) == (3, 13)
+    assert {(p["variant"], p["batch_size"]) for p in loaded["points"]} >= {("no_gc", 3), ("no_gc", 4), ("gc", 13), ("gc", 14)}
     n = 8030261248
     states = loaded["model_state_bytes"]
     assert (states["params"], states["grads"], states["optimizer_states"]) == (2 * n, 2 * n, 4 * n)
@@ -76,26 +76,22 @@ def test_largest_batch_is_the_last_whose_predicted_peak_fits():
 
 
 def _fits_on_cpu(spec, batch, seq, gc, limit) -> bool:
-    """A real warm-up and measured step under CpuBackend's allocation limit."""
+    """gcdoctor's own step (a warm-up, then a measured step) under CpuBackend's allocation limit."""
+    from gcdoctor.capture import TrainingStep, enable_layer_checkpointing
+
     torch.manual_seed(0)
     model = build_model(spec, "bf16", "cpu")
     if gc:
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+        enable_layer_checkpointing(model)
     be = CpuBackend()
     with be.tracking(*model.parameters(), *model.buffers()):
-        for step in range(2):
-            if step == 1:
-                be.set_memory_limit(limit)
-            ids = torch.randint(spec.vocab_size, (batch, seq))
-            try:
-                out = model(input_ids=ids, labels=ids, use_cache=False)
-                out.loss.backward()
-                opt.step()
-            except torch.OutOfMemoryError:
-                return False
-            opt.zero_grad(set_to_none=True)
-            del out, ids
+        step = TrainingStep(model, be, batch, seq, "adamw")
+        step.run()
+        be.set_memory_limit(limit)
+        try:
+            step.run()
+        except torch.OutOfMemoryError:
+            return False
     return True
 
 
@@ -104,10 +100,25 @@ def test_plan_predicts_the_largest_batch_that_really_fits_on_a_fake_device(tmp_p
     path = tmp_path / "small.json"
     path.write_text(json.dumps(cfg))
     limit = 23 * 10 ** 6
-    _, data = run_plan(str(path), "23MB", seq_len=64, device="cpu")
+    _, data = run_plan(str(path), "23MB", seq_len=64, dtype="bf16", device="cpu")
     spec = load_spec(str(path))
-    assert (data["max_batch_no_gc"], data["max_batch_gc"]) == (4, 6)
+    assert (data["max_batch_no_gc"], data["max_batch_gc"]) == (4, 7)
     for mode in ("no_gc", "gc"):
         best = data[f"max_batch_{mode}"]
         assert _fits_on_cpu(spec, best, 64, mode == "gc", limit)
         assert not _fits_on_cpu(spec, best + 1, 64, mode == "gc", limit)
+
+
+def test_plan_takes_the_cli_namespace_with_diagnose_defaults():
+    import argparse
+    args = argparse.Namespace(model=None, device_memory="80GiB", seq_len=None, dtype=None, optimizer=None,
+                              layers=None, device=None, json=True, master_weights="none", batch_sizes="1,3")
+    text, data = run_plan(args)
+    assert (data["model"], data["dtype"], data["seq_len"], data["optimizer"]) == ("llama3-8b", "bf16", 4096, "adamw")
+    assert sorted({p["batch_size"] for p in data["points"]}) == [1, 3]
+    assert json.loads(text)["max_batch_gc"] == data["max_batch_gc"]
+
+
+def test_bad_batch_sizes_are_user_errors():
+    with pytest.raises(UserError, match="--batch-sizes"):
+        run_plan("tiny-llama", "1GiB", batch_sizes="1,two")
