@@ -174,7 +174,8 @@ class MonitorSession:
         except Exception:  # noqa: BLE001
             host_mem = None
         return Environment(
-            device_kind=self.device_kind, device_name=(first.name or "") if first else "",
+            device_kind=self.device_kind,
+            device_name=(first.name or first.key) if first else "no GPU (host telemetry only)",
             device_count=len(tel.devices), total_memory_bytes=first.total_memory_bytes if first else None,
             driver=tel.static.get("driver") if isinstance(tel.static.get("driver"), str) else None,
             python=platform.python_version(), host=socket.gethostname(), cpu_count=os.cpu_count(),
