@@ -1,0 +1,106 @@
+"""The granularity probe, run for real on the CPU with tiny-llama (4 layers), once for the module."""
+from __future__ import annotations
+
+import pytest
+
+from gcdoctor.config import RunConfig
+from gcdoctor.facts import Facts
+from gcdoctor.report.markdown import render_markdown
+from gcdoctor.session import Session
+
+MODEL_VARIANTS = ["none", "layer", "every-2", "every-4", "selective-mlp", "selective-attn", "sub-layer", "fine"]
+SYNTHETIC_VARIANTS = ["none", "block", "linear", "block-reentrant", "linear-reentrant"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("granularity")
+    cfg = RunConfig(device="cpu", model="tiny-llama", probes=["granularity"], seq_len=32, measure_steps=1,
+                    warmup_steps=1, out=str(out), telemetry_hz=5.0)
+    session = Session(cfg)
+    session.run()
+    return session, out
+
+
+def test_every_variant_is_measured(run):
+    g = run[0].facts.granularity
+    assert [grp.name for grp in g.groups] == ["model", "synthetic-large", "synthetic-small"]
+    assert [v.variant for v in g.group("model").variants] == MODEL_VARIANTS
+    for name in ("synthetic-large", "synthetic-small"):
+        assert [v.variant for v in g.group(name).variants] == SYNTHETIC_VARIANTS
+    assert all(v.fits and v.step_ms > 0 for grp in g.groups for v in grp.variants)
+
+
+def test_regions_are_counted_per_granularity(run):
+    model = run[0].facts.granularity.group("model")
+    regions = {v.variant: v.regions_per_step for v in model.variants}
+    # tiny-llama: 4 decoder layers, each with 7 Linear projections (q, k, v, o, gate, up, down)
+    assert regions == {"none": 0, "layer": 4, "every-2": 2, "every-4": 1, "selective-mlp": 4,
+                       "selective-attn": 4, "sub-layer": 8, "fine": 28}
+    synthetic = run[0].facts.granularity.group("synthetic-small")
+    assert {v.variant: v.regions_per_step for v in synthetic.variants} == {
+        "none": 0, "block": 8, "linear": 16, "block-reentrant": 8, "linear-reentrant": 16}
+
+
+def test_recomputation_is_counted_and_early_stop_skips_single_linears(run):
+    model = run[0].facts.granularity.group("model")
+    ops = {v.variant: v.recomputed_ops_per_step for v in model.variants}
+    assert ops["none"] == 0
+    assert ops["layer"] > ops["every-2"] > ops["every-4"] > 0
+    # a Linear's saved tensors are its own inputs: non-reentrant checkpoint recomputes nothing
+    assert ops["fine"] == 0
+    synthetic = run[0].facts.granularity.group("synthetic-small")
+    ops = {v.variant: v.recomputed_ops_per_step for v in synthetic.variants}
+    # per block: Linear and GELU run again, the last Linear is skipped by early stop (8 blocks)
+    assert ops["block"] == 16
+    assert ops["linear"] == 0
+    # reentrant reruns every region whole: 3 ops per block, 1 per Linear
+    assert ops["block-reentrant"] == 24
+    assert ops["linear-reentrant"] == 16
+
+
+def test_layer_checkpointing_holds_less_activation_memory_than_none(run):
+    model = run[0].facts.granularity.group("model")
+    none, layer, fine = model.get("none"), model.get("layer"), model.get("fine")
+    assert none.saved_activation_bytes > layer.saved_activation_bytes
+    assert none.activation_peak_bytes >= layer.activation_peak_bytes
+    assert layer.memory_saved_bytes == none.saved_activation_bytes - layer.saved_activation_bytes > 0
+    assert none.time_added_pct == 0.0 and none.memory_saved_bytes == 0
+    # wrapping single Linears keeps what the surrounding ops save: no activation memory saved
+    assert fine.saved_activation_bytes == none.saved_activation_bytes and fine.memory_saved_pct == 0.0
+
+
+def test_launch_cost_is_measured_and_graphs_are_not_applicable_on_the_cpu(run):
+    facts = run[0].facts
+    lc = facts.granularity.launch
+    assert lc.device_kind == "cpu" and lc.launches == 2000 and len(lc.launch_us_all) == lc.repeats
+    assert lc.launch_us > 0 and lc.enqueue_us > 0
+    # a Linear saves its inputs: nothing to recompute; a chain of blocks recomputes all but the last Linear
+    assert [(p.name, p.forward_ops, p.recomputed_ops) for p in lc.region_points] == [
+        ("linear", 1, 0), ("1 block", 3, 2), ("4 blocks", 12, 11), ("16 blocks", 48, 47)]
+    assert all(p.checkpoint_us > 0 and p.extra_us >= 0 for p in lc.region_points)
+    assert lc.region_fixed_us >= 0 and lc.region_per_op_us >= 0
+    assert lc.graph_replay_us_per_op is None
+    assert "no device graphs" in facts.unavailable["granularity.launch.graph_replay_us_per_op"]
+
+
+def test_profiled_variants_carry_their_trace_metrics(run):
+    facts = run[0].facts
+    model = facts.granularity.group("model")
+    profiled = {v.variant for v in model.variants if v.trace_key}
+    assert profiled == {"none", "layer", "fine"}
+    for v in model.variants:
+        if v.trace_key:
+            assert v.trace_key in facts.trace and v.cpu_ops_per_step > 0
+            assert v.kernels_per_step is None  # a CPU trace has no device kernels
+    assert "no device kernels" in facts.unavailable["granularity.kernels_per_step"]
+
+
+def test_facts_reload_and_report_shows_the_variants(run):
+    session, out = run
+    facts = Facts.load(out / "facts.json")
+    assert facts.to_dict()["granularity"] == session.facts.to_dict()["granularity"]
+    md = render_markdown(facts, session.verdicts)
+    assert "## Checkpointing granularity" in md and "### Device launch cost (measured)" in md
+    assert "| fine | each nn.Linear of each layer, separately | 28 (" in md
+    assert md.count("**Best trade-off") == 3
