@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from gcdoctor.errors import UserError
 from gcdoctor.probes.batch_sweep import SweepProbe
+from gcdoctor.probes.granularity import GranularityProbe
 from gcdoctor.probes.jitter import JitterProbe
 from gcdoctor.probes.offload import OffloadProbe
 
-PROBES = [SweepProbe(), OffloadProbe(), JitterProbe()]
+PROBES = [SweepProbe(), GranularityProbe(), OffloadProbe(), JitterProbe()]
 
 
 def select_probes(names: list[str] | None, device_kind: str) -> list:
