@@ -684,10 +684,11 @@ def predict(spec: Any, workload: Workload, in_place: bool | None = None) -> Pred
     tl.at("embedding backward")
     tl.alloc("emb_ws", sem.workspaces.get("embedding_backward", 0), "workspace")
     if d.tied:
-        # the embedding's grad meets the LM head's (same weight) in one InputBuffer
+        # the embedding's grad meets the LM head's (same weight) in one InputBuffer; torch
+        # adds them out of place even without the counter (profiler-measured on the CPU)
         tl.alloc("embed.grad_new", e * V * h, TMP)
         tl.free("emb_ws", g)
-        tl.accumulate("embed.grad", "head.grad", "embed.grad_new", e * V * h, sem.in_place)
+        tl.accumulate("embed.grad", "head.grad", "embed.grad_new", e * V * h, False)
     else:
         tl.alloc("embed.grad", e * V * h, GRAD)
         tl.free("emb_ws")
