@@ -39,6 +39,9 @@ from gcdoctor.session import RunInterrupted
 
 PROFILED_STEPS = 2  # ctx.measure profiles this many steps (session._profile)
 CPU_MAX_MEASURE_STEPS = 2  # the CPU share of the default run must stay around 20 s
+# On the CPU a trace has no device metrics and profiling adds two steps and a trace analysis per variant:
+# profile only the reference and the DeepSpeed-checkpointed variant (its recompute labels show the routing)
+CPU_PROFILED = {"gc", "deepspeed-ckpt-cpu"}
 REFERENCE = "gc"
 ZERO2 = "deepspeed-zero2-offload+gc"
 CKPT_CPU = "deepspeed-ckpt-cpu"
@@ -96,7 +99,8 @@ class OffloadProbe:
             facts.notes.append(
                 "CPU run: host and device are the same memory, so the 'copies' are host-to-host, pin_memory has "
                 "no effect, the trace has no device metrics and telemetry has no PCIe: the variants run to "
-                f"exercise the code paths; the stall rules need a GPU run. {steps} measured step(s) per variant.")
+                f"exercise the code paths; the stall rules need a GPU run. {steps} measured step(s) per variant; "
+                f"only {', '.join(sorted(CPU_PROFILED))} profiled.")
         self._ds = _DeepSpeedState(ctx, facts, explicit=bool(cfg.probes) and self.name in cfg.probes)
         runners: dict[str, Callable[[Any, VariantSpec, OffloadVariant, Any], Measurement | None]] = {
             REFERENCE: self._torch_variant, "gc+save_on_cpu-pinned": self._torch_variant,
@@ -147,8 +151,9 @@ class OffloadProbe:
         cfg = ctx.config
         steps = ctx.facts.offload.measure_steps
         row.host_rss_before_bytes = _rss()
+        profile = ctx.backend.kind != "cpu" or row.variant in CPU_PROFILED
         m = ctx.measure(self.name, row.variant, make_step, cfg.probe_batch, spec=spec, steps=steps,
-                        profile_key=f"{self.name}/{row.variant}")
+                        profile_key=f"{self.name}/{row.variant}" if profile else None)
         row.host_rss_after_bytes = _rss()
         return m
 
@@ -204,7 +209,8 @@ class OffloadProbe:
         finally:
             del model
             _deepspeed.reset_checkpointing(ds)
-        n_steps = cfg.warmup_steps + ctx.facts.offload.measure_steps + (PROFILED_STEPS if cfg.profile else 0)
+        profiled = cfg.profile and (ctx.backend.kind != "cpu" or vs.name in CPU_PROFILED)
+        n_steps = cfg.warmup_steps + ctx.facts.offload.measure_steps + (PROFILED_STEPS if profiled else 0)
         row.ckpt_check = start_check(ctx, spec, info, n_steps,
                                      on_host=ds_cfg["activation_checkpointing"]["cpu_checkpointing"])
         return m

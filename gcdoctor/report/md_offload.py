@@ -92,7 +92,7 @@ def offload_section(facts: Facts, verdicts: list[Verdict]) -> str:
     if any(v.copy_ms is not None for v in o.variants):
         lines += ["", "### Copies and stalls (trace)", "", md_table(COPY_HEADERS, [copy_row(v) for v in o.variants])]
     else:
-        lines += ["", "Copies and stalls: no device trace (" + _why_no_trace(facts, o) + ")."]
+        lines += ["", "Copies and stalls: no device trace: " + _why_no_trace(facts, o) + "."]
     if any(v.pcie_rx_gbs_mean is not None or v.cpu_pct_mean is not None for v in o.variants):
         lines += ["", "### PCIe and host load (telemetry)", "", md_table(LINK_HEADERS, [link_row(v) for v in o.variants])]
     lines += _check_lines(o)
