@@ -52,3 +52,13 @@ def test_memory_model_and_plan_import_without_torch():
     code = ("import sys, gcdoctor.memory, gcdoctor.plan, gcdoctor.facts.memory; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_activation_saving_pct_is_defined_like_the_measured_one():
+    mm = MemoryModelFacts(param_bytes=100, grad_bytes=100, optimizer_state_bytes=200, points=[
+        PredictedPoint(variant="no_gc", batch_size=1, peak_bytes=1400),
+        PredictedPoint(variant="gc", batch_size=1, peak_bytes=650),
+    ])
+    assert mm.predicted_activation_peak("gc", 1) == 250
+    assert mm.predicted_activation_saving_pct(1) == 75.0
+    assert mm.predicted_activation_saving_pct(2) is None

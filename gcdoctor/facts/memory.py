@@ -61,6 +61,22 @@ class MemoryModelFacts:
         p = self.get(variant, batch_size)
         return p.peak_bytes if p else None
 
+    def predicted_activation_peak(self, variant: str, batch_size: int) -> int | None:
+        """Predicted peak minus the model states (params, grads, optimizer states): the same
+        quantity as Measurement.activation_peak_bytes, so the two compare directly."""
+        p = self.get(variant, batch_size)
+        if p is None:
+            return None
+        return p.peak_bytes - (self.param_bytes + self.grad_bytes + self.optimizer_state_bytes)
+
+    def predicted_activation_saving_pct(self, batch_size: int, a: str = "no_gc", b: str = "gc") -> float | None:
+        """What checkpointing should save of the activation peak at `batch_size`, in percent,
+        defined as GC002 measures it: 1 - (peak_gc - states) / (peak_no_gc - states)."""
+        act_a, act_b = self.predicted_activation_peak(a, batch_size), self.predicted_activation_peak(b, batch_size)
+        if act_a is None or act_b is None or act_a <= 0:
+            return None
+        return 100.0 * (1.0 - act_b / act_a)
+
 
 def predicted_activation_saving(mm: MemoryModelFacts | None, batch_size: int,
                                 a: str = "no_gc", b: str = "gc") -> int | None:
