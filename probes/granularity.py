@@ -235,7 +235,9 @@ def apply_model_variant(model: Any, variant: str, census: RegionCensus) -> Calla
 
         def undo() -> None:
             (getattr(model, "activation_checkpointing_disable", None) or model.gradient_checkpointing_disable)()
-            if getattr(model, "_require_grads_hooks", None) and hasattr(model, "disable_input_require_grads"):
+            # the embedding hook transformers adds so reentrant layers get a grad-requiring input
+            hooked = getattr(model, "_require_grads_hooks", None) or getattr(model, "_require_grads_hook", None)
+            if hooked and hasattr(model, "disable_input_require_grads"):
                 model.disable_input_require_grads()
         return undo
     undos: list[Callable[[], None]] = []

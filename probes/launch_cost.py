@@ -89,34 +89,42 @@ def _measure_graph(backend: Any, x: torch.Tensor, lc: LaunchCost, unavailable: d
     lc.graph_api = name
     mod = getattr(torch, backend.kind)
     try:
-        side = mod.Stream()  # warm up on a side stream before capture (CUDA graph docs)
-        side.wait_stream(mod.current_stream())
-        with mod.stream(side):
-            for _ in range(3):
-                x.add_(1)
-        mod.current_stream().wait_stream(side)
-        graph = cls()
-        # thread_local: another thread's CUDA call (none expected) must not invalidate the capture
-        kwargs = {"capture_error_mode": "thread_local"} if backend.kind == "cuda" else {}
-        with capture(graph, **kwargs):
-            for _ in range(GRAPH_OPS):
-                x.add_(1)
-        graph.replay()
-        backend.synchronize()
-        times = []
-        for _ in range(3):
-            backend.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(GRAPH_REPLAYS):
-                graph.replay()
-            backend.synchronize()
-            times.append(time.perf_counter() - t0)
-        lc.graph_ops, lc.graph_replays = GRAPH_OPS, GRAPH_REPLAYS
-        lc.graph_replay_us_per_op = 1e6 * statistics.median(times) / (GRAPH_REPLAYS * GRAPH_OPS)
-        del graph
+        with mod.device(backend.device):  # streams and capture on the backend's device, not device 0
+            _capture_and_replay(backend, mod, cls, capture, x, lc)
     except Exception as exc:  # noqa: BLE001 - a backend without working capture is a finding, not a crash
         unavailable["granularity.launch.graph_replay_us_per_op"] = (
             f"{name} capture failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
+
+
+def _capture_and_replay(backend: Any, mod: Any, cls: Any, capture: Any, x: torch.Tensor, lc: LaunchCost) -> None:
+    """Capture GRAPH_OPS tiny adds in one device graph and time GRAPH_REPLAYS replays (x3)."""
+    side = mod.Stream()  # warm up on a side stream before capture (CUDA graph docs)
+    side.wait_stream(mod.current_stream())
+    with mod.stream(side):
+        for _ in range(3):
+            x.add_(1)
+    mod.current_stream().wait_stream(side)
+    graph = cls()
+    # thread_local: another thread's CUDA call (none expected) must not invalidate the capture
+    kwargs = {"capture_error_mode": "thread_local"} if backend.kind == "cuda" else {}
+    with capture(graph, **kwargs):
+        for _ in range(GRAPH_OPS):
+            x.add_(1)
+    graph.replay()
+    backend.synchronize()
+    times = []
+    for _ in range(3):
+        backend.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(GRAPH_REPLAYS):
+            graph.replay()
+        backend.synchronize()
+        times.append(time.perf_counter() - t0)
+    lc.graph_ops, lc.graph_replays = GRAPH_OPS, GRAPH_REPLAYS
+    lc.graph_replay_us_per_op = 1e6 * statistics.median(times) / (GRAPH_REPLAYS * GRAPH_OPS)
+    del graph
+
+
 
 
 REGION_BLOCKS = (1, 4, 16)  # chains of Linear -> GELU -> Linear blocks, besides a single Linear
@@ -149,8 +157,8 @@ def _measure_region(backend: Any, lc: LaunchCost, reps: int, repeats: int) -> No
         census = RegionCensus()
         census.reset(True)
         checkpoint(fn, *args, use_reentrant=False, context_fn=census.context_fn("launch-cost")).sum().backward()
-        point = RegionTiming(name=name, forward_ops=census.forward_ops, recomputed_ops=census.recomputed_ops)
         n = max(reps // max(blocks, 1), 10)  # about the same time for every region
+        point = RegionTiming(name=name, forward_ops=census.forward_ops, recomputed_ops=census.recomputed_ops, reps=n)
 
         def plain() -> None:
             fn(*args).sum().backward()

@@ -96,10 +96,7 @@ class LaunchOverheadBoundRule(Rule):
         for v in group.variants:
             if v.variant == "none" or not v.fits:
                 continue
-            base = group.get(v.baseline_variant or "none")
-            if base is None or not base.fits:
-                continue
-            verdict = self._variant(facts, group, v, base, lc, t)
+            verdict = self._variant(facts, group, v, lc, t)
             if verdict is not None:
                 out.append(verdict)
         if not any(x.status == "fired" and x.severity == "warning" for x in out):
@@ -111,14 +108,42 @@ class LaunchOverheadBoundRule(Rule):
                 _launch_evidence(lc), subject=group.name))
         return out
 
-    def _variant(self, facts: Facts, group: GranularityGroup, v: GranularityVariant, base: GranularityVariant,
-                 lc: LaunchCost | None, t: dict[str, float]) -> Verdict | None:
+    def _variant(self, facts: Facts, group: GranularityGroup, v: GranularityVariant, lc: LaunchCost | None,
+                 t: dict[str, float]) -> Verdict | None:
+        """Against the coarser variant it refines first, then against no checkpointing: a variant
+        whose regions add only overhead over `none` (per-Linear regions) is judged there."""
         subject = f"{group.name}/{v.variant}"
-        dt_ms = v.step_ms - base.step_ms
-        dt_pct = 100.0 * dt_ms / base.step_ms
         no_saving = v.memory_saved_pct is not None and v.memory_saved_pct < t["min_saving_pct"]
         no_recompute = (v.recomputed_ops_per_step == 0 if v.recomputed_ops_per_step is not None
                         else (v.recompute_share is not None and v.recompute_share <= 0.0))
+        memory_note = _memory_note(v, no_saving, no_recompute)
+        none = group.get("none")
+        refs = [group.get(v.baseline_variant or "none")]
+        if refs[0] is not none:
+            refs.append(none)
+        refs = [r for r in refs if r is not None and r.fits]
+        inconclusive, ev = None, []
+        for base in refs:
+            verdict, ev_base = self._compare(facts, group, v, base, lc, memory_note, no_saving, t)
+            ev = ev or ev_base
+            if verdict is not None and verdict.status == "fired":
+                return verdict
+            inconclusive = inconclusive or verdict
+        if memory_note:
+            what = " and ".join(w for w, on in (("saves no activation memory", no_saving),
+                                                 ("recomputes nothing", no_recompute)) if on)
+            cost = f" ({v.time_added_pct:+.0f}% step time vs none)" if v.time_added_pct is not None else ""
+            return self.fired("info", f"{subject} {what}{cost}", ev, memory_note + " " + _region_cost_text(v, lc),
+                              _instead(group, v, refs[0] if refs else v, no_saving), subject=subject)
+        return inconclusive
+
+    def _compare(self, facts: Facts, group: GranularityGroup, v: GranularityVariant, base: GranularityVariant,
+                 lc: LaunchCost | None, memory_note: str, no_saving: bool,
+                 t: dict[str, float]) -> tuple[Verdict | None, list[Evidence]]:
+        """(a warning or an inconclusive verdict or None, the evidence) of `v` against `base`."""
+        subject = f"{group.name}/{v.variant}"
+        dt_ms = v.step_ms - base.step_ms
+        dt_pct = 100.0 * dt_ms / base.step_ms
         launch_ms = region_ms = None
         d_kernels = d_regions = None
         if lc is not None and lc.launch_us is not None and v.kernels_per_step is not None \
@@ -132,35 +157,27 @@ class LaunchOverheadBoundRule(Rule):
         ev = [Evidence(f"step, {v.variant}", v.step_ms, "ms"), Evidence(f"step, {base.variant}", base.step_ms, "ms"),
               Evidence(f"extra time over {base.variant}", dt_pct, "%")]
         ev += _counts(v, base, d_kernels, d_regions)
-        memory_note = _memory_note(v, no_saving, no_recompute)
-
-        if dt_pct >= t["min_extra_pct"] and dt_ms > 0:
-            if launch_ms is None and region_ms is None:
-                return self.inconclusive(
-                    f"{subject} adds {dt_pct:.0f}% over {base.variant}, but neither kernel counts nor the "
-                    f"per-region cost were measured ({facts.missing_reason('granularity.kernels_per_step')})",
-                    subject=subject)
-            shares = {CAUSE_LAUNCH: (launch_ms or 0.0) / dt_ms, CAUSE_HOST: (region_ms or 0.0) / dt_ms}
-            cause = max(shares, key=shares.get)
-            explained = shares[CAUSE_LAUNCH] + shares[CAUSE_HOST]
-            ev += [Evidence("launch overhead estimate (extra kernels x launch cost)", launch_ms, "ms"),
-                   Evidence("host overhead estimate (extra regions x measured region cost)", region_ms, "ms"),
-                   Evidence("share of the extra time explained", 100.0 * min(explained, 9.99), "%")]
-            ev += _launch_evidence(lc) + _device_evidence(v)
-            if explained >= t["min_explained_share"]:
-                contradiction = self._device_contradicts(v, lc, cause, t)
-                if contradiction is None:
-                    return self._fire(facts, group, v, base, lc, cause, shares, dt_ms, dt_pct, launch_ms,
-                                      d_kernels, ev, memory_note, no_saving, t)
-                ev.append(Evidence("not overhead-bound because", contradiction))
-        if memory_note:
-            what = " and ".join(w for w, on in (("saves no activation memory", no_saving),
-                                                 ("recomputes nothing", no_recompute)) if on)
-            return self.fired(
-                "info", f"{subject} {what} ({dt_pct:+.0f}% step time vs {base.variant})", ev,
-                memory_note + " " + _region_cost_text(v, base, lc),
-                _instead(group, v, base, no_saving), subject=subject)
-        return None
+        if dt_pct < t["min_extra_pct"] or dt_ms <= 0:
+            return None, ev
+        if launch_ms is None and region_ms is None:
+            return self.inconclusive(
+                f"{subject} adds {dt_pct:.0f}% over {base.variant}, but neither kernel counts nor the per-region "
+                f"cost were measured ({facts.missing_reason('granularity.kernels_per_step')})", subject=subject), ev
+        shares = {CAUSE_LAUNCH: (launch_ms or 0.0) / dt_ms, CAUSE_HOST: (region_ms or 0.0) / dt_ms}
+        cause = max(shares, key=shares.get)
+        explained = shares[CAUSE_LAUNCH] + shares[CAUSE_HOST]
+        ev += [Evidence("launch overhead estimate (extra kernels x launch cost)", launch_ms, "ms"),
+               Evidence("host overhead estimate (extra regions x measured region cost)", region_ms, "ms"),
+               Evidence("share of the extra time explained", 100.0 * min(explained, 9.99), "%")]
+        ev += _launch_evidence(lc) + _device_evidence(v)
+        if explained < t["min_explained_share"]:
+            return None, ev
+        contradiction = self._device_contradicts(v, lc, cause, t)
+        if contradiction is not None:
+            ev.append(Evidence("not overhead-bound because", contradiction))
+            return None, ev
+        return self._fire(facts, group, v, base, lc, cause, shares, dt_ms, dt_pct, launch_ms, d_kernels, ev,
+                          memory_note, no_saving, t), ev
 
     def _device_contradicts(self, v: GranularityVariant, lc: LaunchCost | None, cause: str,
                             t: dict[str, float]) -> str | None:
@@ -329,7 +346,7 @@ def _memory_note(v: GranularityVariant, no_saving: bool, no_recompute: bool) -> 
     return ""
 
 
-def _region_cost_text(v: GranularityVariant, base: GranularityVariant, lc: LaunchCost | None) -> str:
+def _region_cost_text(v: GranularityVariant, lc: LaunchCost | None) -> str:
     ms = region_host_ms(v, lc)
     if ms is None:
         return ""
@@ -340,16 +357,16 @@ def _region_cost_text(v: GranularityVariant, base: GranularityVariant, lc: Launc
 def _instead(group: GranularityGroup, v: GranularityVariant, base: GranularityVariant, no_saving: bool) -> str:
     """Which granularity to use instead, and what it costs in memory."""
     parts = []
-    if no_saving and base.variant == "none":
+    if no_saving:
         parts.append(f"Remove these checkpoint regions ({v.description}): without them the step keeps the same "
                      "activation memory and skips their bookkeeping.")
-    elif base.variant == "none":
-        parts.append(f"Use no checkpointing here if the memory allows: it costs "
-                     f"{_mib(v.memory_saved_bytes)} MiB more activation memory than {v.variant}.")
-    else:
+    if base.variant == "none" and not no_saving:
+        parts.append(f"Use no checkpointing here if the memory allows: it costs {_mib(v.memory_saved_bytes)} MiB "
+                     f"more activation memory than {v.variant}.")
+    elif base.variant != "none" and base is not v:
         extra = (None if v.saved_activation_bytes is None or base.saved_activation_bytes is None
                  else base.saved_activation_bytes - v.saved_activation_bytes)
-        parts.append(f"Use {base.variant} instead ({base.description}): "
+        parts.append(("To save memory, use " if no_saving else "Use ") + f"{base.variant} instead ({base.description}): "
                      + ("activation memory not measured" if extra is None else
                         f"{_mib(extra)} MiB more activation memory kept for backward" if extra > 0 else
                         f"{_mib(-extra)} MiB less activation memory kept for backward" if extra < 0 else

@@ -25,6 +25,7 @@ class RegionTiming:
     name: str = ""  # "linear", "1 block", "4 blocks", "16 blocks"
     forward_ops: int = 0  # aten ops (views excluded) the region runs in its forward
     recomputed_ops: int = 0  # ... and again in the backward (early stop may skip them all)
+    reps: int = 0  # repetitions per timing
     plain_us: float | None = None
     checkpoint_us: float | None = None
     extra_us: float | None = None  # checkpoint - plain - recomputed_ops x launch_us

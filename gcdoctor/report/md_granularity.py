@@ -60,23 +60,26 @@ def launch_lines(lc: LaunchCost | None, facts: Facts) -> list[str]:
             ["checkpoint region, host cost", f"{num(lc.region_fixed_us, 0)} us + {num(lc.region_per_op_us, 0)} us "
              "per op inside", "line through the regions below (extra time minus recomputed launches)"]]
     for p in lc.region_points:
-        rows.append([f"  region '{p.name}' ({p.forward_ops} ops, {p.recomputed_ops} recomputed)", f"{num(p.extra_us, 0)} us",
+        ops = f"{p.forward_ops} op{'s' if p.forward_ops != 1 else ''}"
+        rows.append([f"  region '{p.name}' ({ops}, {p.recomputed_ops} recomputed)", f"{num(p.extra_us, 0)} us",
                      f"fwd+bwd {num(p.checkpoint_us, 0)} us checkpointed vs {num(p.plain_us, 0)} us plain, "
-                     f"x{lc.region_reps}, median of {lc.repeats}"])
-    lines = ["### Device launch cost (measured)", "", md_table(["what", "cost", "how"], rows)]
+                     f"x{p.reps or lc.region_reps}, median of {lc.repeats}"])
+    lines = ["### Device launch cost (measured)", "", md_table(["what", "cost", "how"], rows), ""]
     lines += [f"- {n}" for n in lc.notes]
     return lines
 
 
+BEST_RULE = (f"the best trade-off is the checkpointing variant with the most activation memory saved per percent "
+             f"of step time added, among those saving at least {BEST_MIN_SAVING_PCT:.0f}% of the activations (time "
+             f"added below {BEST_MIN_TIME_ADDED_PCT:.0f}% counts as {BEST_MIN_TIME_ADDED_PCT:.0f}%)")
+
+
 def best_line(g: GranularityGroup) -> str:
     best = g.best_tradeoff()
-    rule = (f"the checkpointing variant with the most activation memory saved per percent of step time added, "
-            f"among those saving at least {BEST_MIN_SAVING_PCT:.0f}% of the activations (time added below "
-            f"{BEST_MIN_TIME_ADDED_PCT:.0f}% counts as {BEST_MIN_TIME_ADDED_PCT:.0f}%)")
     if best is None:
-        return f"**Best trade-off:** none qualifies ({rule})."
+        return f"**Best trade-off:** no variant saves {BEST_MIN_SAVING_PCT:.0f}% of the activations."
     return (f"**Best trade-off: {best.variant}** ({best.description}): saves {_mib(best.memory_saved_bytes)} MiB "
-            f"({best.memory_saved_pct:.0f}%) of activations for {best.time_added_pct:+.0f}% step time. Best = {rule}.")
+            f"({best.memory_saved_pct:.0f}%) of activations for {best.time_added_pct:+.0f}% step time.")
 
 
 def granularity_section(facts: Facts, verdicts: list[Verdict]) -> str:
@@ -91,7 +94,8 @@ def granularity_section(facts: Facts, verdicts: list[Verdict]) -> str:
              "allocated after forward and loss minus before the forward (what checkpointing changes; memory saved is "
              "measured on it); fwd+bwd peak above start = the forward+backward peak minus what was allocated before "
              "the forward (it includes gradients, which set it on small models); step peak includes the optimizer step. "
-             "Kernels, idle share, kernel duration and recompute share come from the profiled steps' trace.", ""]
+             "Kernels, idle share, kernel duration and recompute share come from the profiled steps' trace. "
+             f"In each group, {BEST_RULE}.", ""]
     lines += launch_lines(g.launch, facts) + [""]
     for grp in g.groups:
         lines += [f"### {grp.name}: {grp.description}", "",
