@@ -83,12 +83,18 @@ def measurement_for(facts: Facts, key: str) -> Measurement | None:
     return max(found, key=lambda m: m.batch_size) if found else None
 
 
+# Probes whose profiled steps are the model's own training step as configured, and a watched job. The
+# granularity probe's variants are deliberately fine-grained experiments (GC010 judges them); the
+# jitter probe repeats the sweep's steps.
+STEP_PROBES = ("sweep", "offload", "watch")
+
+
 def run_keys(facts: Facts) -> list[str]:
-    """Top-level trace keys: one per profiled variant of a run ('<probe>/<variant>'), or 'all' for a
-    bare trace."""
+    """Top-level trace keys of training steps: one per profiled variant of a run ('<probe>/<variant>')
+    of STEP_PROBES, or 'all' for a bare trace."""
     if "all" in facts.trace:
         return ["all"]
-    return [k for k in facts.trace if "|" not in k and "/" in k]
+    return [k for k in facts.trace if "|" not in k and k.split("/", 1)[0] in STEP_PROBES and "/" in k]
 
 
 def pct(x: float | None) -> float | None:

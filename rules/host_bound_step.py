@@ -43,10 +43,11 @@ class HostReading:
 
 class HostBoundStepRule(Rule):
     """What it checks:
-    For every profiled variant of the run (or a bare trace), whether the device starves because
+    For every profiled training step of the run (the batch sweep's and the offload probe's variants,
+    a watched job's steps) or a bare trace, whether the device starves because
     the host cannot keep up: device idle time whose next operation had not yet been issued by the
     host (host-wait idle, HTA's definition) takes a material share of the step while the host CPU
-    is saturated. It says in which phase the device waited most: the optimizer step, the forward,
+    is saturated. It says where the host spent that time: the optimizer step, the forward,
     backward or recomputation, or outside the labelled phases (between steps: data loading). On a
     bare trace it judges the trace alone, reading host saturation from the CPU ops' coverage of the
     host time.
@@ -59,7 +60,8 @@ class HostBoundStepRule(Rule):
 
     Evidence:
     From the trace of the profiled steps: host-wait idle per step and as a share of the device
-    window, all idle, the phase holding most of the host-wait idle. From telemetry over the measured
+    window, all idle, and where the host spent the time: the labelled phase with the most host time
+    not matched by device work (its host time minus its device busy time). From telemetry over the measured
     steps: host CPU, the busiest core, the process's CPU (100 = one core), device utilisation mean
     and minimum. Without telemetry: the share of the host time spent inside CPU ops.
 
@@ -91,7 +93,8 @@ class HostBoundStepRule(Rule):
     def check(self, facts: Facts, t: dict[str, float]) -> list[Verdict]:
         keys = run_keys(facts)
         if not keys:
-            return [self.inconclusive("no profiled trace in the facts (run with profiling, or analyze a trace)")]
+            return [self.inconclusive("no profiled training step in the facts (the batch sweep and offload probes "
+                                      "profile theirs; or analyze a trace)")]
         readings, why_not = [], []
         for key in keys:
             tm = facts.trace[key]

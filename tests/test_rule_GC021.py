@@ -90,3 +90,12 @@ def test_silent_when_no_variant_waits_on_the_host(offload_gpu_like):
 def test_threshold_override_silences_it(offload_gpu_like):
     (v,) = judge(offload_gpu_like({**CLEAN, ZERO2: "hostopt"}, {ZERO2: BUSY}), min_host_wait_share=0.7).values()
     assert v.status == "passed"
+
+
+def test_granularity_experiments_are_left_to_gc010():
+    facts = bare("hostopt")
+    facts.trace = {k.replace("all", "granularity/synthetic-small/block", 1) if k == "all" else
+                   f"granularity/synthetic-small/block|{k}": v for k, v in facts.trace.items()}
+    (v,) = judge(facts).values()
+    assert v.status == "inconclusive"
+    assert "no profiled training step" in v.headline
