@@ -163,8 +163,9 @@ def test_device_semantics_match_real_autograd_on_the_cpu(tmp_path):
         peak = max(peak, live)
     pred = M.predict(spec, w, in_place=True)
     resident = pred.baseline_bytes - 8 * w.batch_size * w.seq_len  # the trace starts before the batch
-    # CPU kernels' internal buffers (flash attention's, a few KiB) are the only unmodelled bytes
-    assert pred.fwd_bwd.bytes - resident == pytest.approx(peak, rel=TOL)
+    # CPU kernels' internal buffers (matmul packing, flash attention's per-thread blocks: 0.02%
+    # here on 2 threads, more with more threads) are the only unmodelled bytes the profiler sees
+    assert pred.fwd_bwd.bytes - resident == pytest.approx(peak, rel=5e-3)
 
 
 @pytest.mark.parametrize("gc", [False, True])
