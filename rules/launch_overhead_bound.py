@@ -14,15 +14,16 @@ class LaunchOverheadBoundRule(Rule):
     """What it checks:
     For each checkpointing variant of the granularity probe, whether its extra step time over
     the coarser variant it refines (fine and sub-layer over layer-level, per-Linear over
-    per-block, everything else over no checkpointing) is overhead rather than recomputed math:
-    either kernel launches (extra kernels per step x the device's measured per-launch cost) or
-    host-side work per checkpoint region (extra regions x the measured Python and autograd cost
-    of one region). Where the variant was profiled it also asks the trace to agree: the device
-    idle for much of the step and, for launches, kernels shorter than their launch calls. It
-    reports a variant that saves no activation memory, or recomputes nothing, as such. On a bare
-    trace (`gcdoctor analyze trace.json`, no granularity facts) it judges the trace alone: a
-    device idle much of the time, waiting on the host, running mostly kernels shorter than
-    their launches.
+    per-block, everything else over no checkpointing), and failing that over no checkpointing,
+    is overhead rather than recomputed math: either kernel launches (extra kernels per step x
+    the device's measured per-launch cost) or host-side work per checkpoint region (extra
+    regions x the measured fixed cost of a region, plus the ops inside them x the measured cost
+    per op, both from the launch-cost microbenchmark). Where the variant was profiled it also
+    asks the trace to agree: the device idle for much of the step and, for launches, kernels
+    shorter than their launch calls. It reports a variant that saves no activation memory, or
+    recomputes nothing, as such. On a bare trace (`gcdoctor analyze trace.json`, no granularity
+    facts) it judges the trace alone: a device idle much of the time, waiting on the host,
+    running mostly kernels shorter than their launches.
 
     Why it matters:
     Small checkpoint regions multiply kernels and per-region bookkeeping. When the host cannot
@@ -32,11 +33,13 @@ class LaunchOverheadBoundRule(Rule):
     exist again, so a region around a single Linear saves and recomputes nothing: pure cost.
 
     Evidence:
-    Median step times of the variant and of its coarser baseline at equal batch, sequence,
-    dtype and optimizer; kernels per step and checkpoint regions per step of both; the
-    measured per-launch cost, graph-replay cost per op and host cost per region (facts.granularity.
-    launch); device idle share, host-wait share of the idle time, short-kernel share and median
-    kernel duration from the profiled steps; activation memory saved and recomputed ops.
+    Median step times of the variant and of its reference at equal batch, sequence, dtype and
+    optimizer; kernels, checkpoint regions and ops inside regions per step of both; the measured
+    per-launch cost, graph-replay cost per op and host cost of a region (facts.granularity.launch);
+    device idle share, host-wait share of the idle time, short-kernel share and median kernel
+    duration from the profiled steps; activation memory kept for backward and recomputed ops.
+    Bare trace: device idle and host-wait time, short-kernel share, median kernel, the share of
+    the host window covered by ops and by launch calls.
 
     How to fix:
     Checkpoint coarser regions (whole decoder layers, or every N-th layer to give memory back
