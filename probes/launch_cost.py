@@ -21,7 +21,8 @@ from gcdoctor.probes._regions import RegionCensus
 GPU_LAUNCHES, CPU_LAUNCHES = 2000, 2000
 GPU_REPEATS, CPU_REPEATS = 5, 3
 GRAPH_OPS, GRAPH_REPLAYS = 1000, 10
-GPU_REGION_REPS, CPU_REGION_REPS = 200, 100
+GPU_REGION_REPS, CPU_REGION_REPS = 200, 100  # at most; fewer where a region is slow (below)
+REGION_TIMING_S = 0.02  # about this long per timing: 4 regions x repeats x 2 stay under a second
 
 
 def measure_launch_cost(backend: Any, launches: int | None = None, repeats: int | None = None,
@@ -153,12 +154,10 @@ def _measure_region(backend: Any, lc: LaunchCost, reps: int, repeats: int) -> No
     non-reentrant checkpoint around it, interleaved so drift hits both alike. The difference,
     minus the launches of the ops the recompute runs, is the region's Python and autograd
     bookkeeping; a least-squares line over the regions gives its fixed and per-op parts."""
-    for name, fn, args, blocks in _tiny_regions(backend.device):
+    for name, fn, args, _blocks in _tiny_regions(backend.device):
         census = RegionCensus()
         census.reset(True)
         checkpoint(fn, *args, use_reentrant=False, context_fn=census.context_fn("launch-cost")).sum().backward()
-        n = max(reps // max(blocks, 1), 10)  # about the same time for every region
-        point = RegionTiming(name=name, forward_ops=census.forward_ops, recomputed_ops=census.recomputed_ops, reps=n)
 
         def plain() -> None:
             fn(*args).sum().backward()
@@ -166,21 +165,18 @@ def _measure_region(backend: Any, lc: LaunchCost, reps: int, repeats: int) -> No
         def region() -> None:
             checkpoint(fn, *args, use_reentrant=False).sum().backward()
 
-        def timed(f) -> float:
-            backend.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(n):
-                f()
-            backend.synchronize()
-            return 1e6 * (time.perf_counter() - t0) / n
-
         for f in (plain, region):  # warm up both paths
             for _ in range(3):
                 f()
+        # repetitions: at most `reps`, fewer where one call is slow, so that every timing takes
+        # about REGION_TIMING_S whatever the region's size and the machine's load
+        one = _timed(backend, region, 1) / 1e6
+        n = max(3, min(reps, int(REGION_TIMING_S / max(one, 1e-9))))
+        point = RegionTiming(name=name, forward_ops=census.forward_ops, recomputed_ops=census.recomputed_ops, reps=n)
         plains, regions = [], []
         for _ in range(repeats):
-            plains.append(timed(plain))
-            regions.append(timed(region))
+            plains.append(_timed(backend, plain, n))
+            regions.append(_timed(backend, region, n))
         point.plain_us = statistics.median(plains)
         point.checkpoint_us = statistics.median(regions)
         point.extra_us = max(point.checkpoint_us - point.plain_us - point.recomputed_ops * (lc.launch_us or 0.0), 0.0)
@@ -191,6 +187,16 @@ def _measure_region(backend: Any, lc: LaunchCost, reps: int, repeats: int) -> No
     lc.region_plain_us, lc.region_checkpoint_us = lin.plain_us, lin.checkpoint_us
     lc.region_recomputed_ops, lc.region_host_us = lin.recomputed_ops, lin.extra_us
     lc.region_fixed_us, lc.region_per_op_us = _fit([(p.forward_ops, p.extra_us) for p in lc.region_points])
+
+
+def _timed(backend: Any, f: Any, n: int) -> float:
+    """Microseconds per call of f over n synchronised calls."""
+    backend.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        f()
+    backend.synchronize()
+    return 1e6 * (time.perf_counter() - t0) / n
 
 
 def _fit(points: list[tuple[int, float]]) -> tuple[float, float]:
