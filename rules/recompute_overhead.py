@@ -38,6 +38,9 @@ class RecomputeOverheadRule(Rule):
         "max_overhead_pct": 35.0,
         # below this, recomputation is (nearly) absent: a sign checkpointing is not active
         "min_overhead_pct": 5.0,
+        # step-to-step spread (max-min over median) above which timings cannot carry a verdict:
+        # a loaded host or thermal throttling, not checkpointing
+        "max_spread_pct": 15.0,
     }
 
     def check(self, facts: Facts, t: dict[str, float]):
@@ -45,6 +48,10 @@ class RecomputeOverheadRule(Rule):
         if pair is None:
             return self.inconclusive("no batch size was measured both with and without checkpointing")
         b, off, on = pair
+        spread = max(_spread_pct(off.step_ms), _spread_pct(on.step_ms))
+        if spread > t["max_spread_pct"]:
+            return self.inconclusive(f"step times at batch {b} vary by {spread:.0f}% from step to step (above "
+                                     f"{t['max_spread_pct']:.0f}%): the device or host was busy with something else")
         pct = 100.0 * (on.step_ms_median / off.step_ms_median - 1.0)
         ev = [Evidence("batch size (both variants)", b), Evidence("step without GC", off.step_ms_median, "ms"),
               Evidence("step with GC", on.step_ms_median, "ms"), Evidence("overhead", pct, "%")]
@@ -69,3 +76,10 @@ class RecomputeOverheadRule(Rule):
                 "Check that checkpointing is enabled in train mode and covers the decoder layers; compare the "
                 "memory-saving verdict.")
         return self.passed(f"Checkpointing costs {pct:.0f}% step time at batch {b}, inside the normal band ({band})", ev)
+
+
+def _spread_pct(times: list[float]) -> float:
+    if len(times) < 2:
+        return 0.0
+    mid = sorted(times)[len(times) // 2]
+    return 100.0 * (max(times) - min(times)) / mid if mid else 0.0
