@@ -204,7 +204,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_run_dir("analyze", path.stem.split(".")[0])
     out.mkdir(parents=True, exist_ok=True)
     facts.save(out / "facts.json")
-    report = write_reports(out, facts, verdicts)
+    report = write_reports(out, facts, verdicts, source_dir=path if path.is_dir() else None)
     print(summary(facts, verdicts, str(report)))
     return _exit_code(verdicts, args.fail_on)
 

@@ -184,6 +184,9 @@ class ProbeContext:
                  records: list[StepRecord]) -> None:
         name = key.replace("/", "-")
         prof_records, path = profile_steps(step, 2, self.rundir.file(f"traces/{name}.json.gz"))
+        for i, rec in enumerate(prof_records):
+            self.bus.emit(StepMeasured(key.split("/")[0], variant, batch_size, i, rec.step_ms, "profile", rec.loss,
+                                       rec.peak_allocated_bytes))
         self.facts.profiler_overhead.append(ProfilerOverhead(
             variant=key, batch_size=batch_size, unprofiled_step_ms=median([r.step_ms for r in records]),
             profiled_step_ms=median([r.step_ms for r in prof_records])))
