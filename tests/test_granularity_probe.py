@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from gcdoctor.config import RunConfig
 from gcdoctor.facts import Facts
@@ -17,8 +18,15 @@ def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("granularity")
     cfg = RunConfig(device="cpu", model="tiny-llama", probes=["granularity"], seq_len=32, measure_steps=1,
                     warmup_steps=1, out=str(out), telemetry_hz=5.0)
-    session = Session(cfg)
-    session.run()
+    # one intra-op thread: on a shared 2-core machine two threads wait on each other at every
+    # parallel op and a run takes several times longer; nothing here depends on threads
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        session = Session(cfg)
+        session.run()
+    finally:
+        torch.set_num_threads(threads)
     return session, out
 
 
