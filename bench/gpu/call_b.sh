@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Call B: big trace + HTA benchmark, Trainer example with monitor beside it, telemetry benches.
 [ -d /tmp/site ] || source bench/gpu/setup.sh
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 PYTHONSAFEPATH=1
 START=$(date +%s)
 mkdir -p /tmp/resb
 while pgrep -f "gcdoctor diagnose" >/dev/null && [ $(( $(date +%s) - START )) -lt 300 ]; do sleep 3; done

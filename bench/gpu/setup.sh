@@ -2,7 +2,7 @@
 # Install the carried wheels and gcdoctor on the lent H200 machine (no internet there).
 # Usage (from the repo root, with .whl carried): source bench/gpu/setup.sh
 set -e
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 PYTHONSAFEPATH=1
 mkdir -p /tmp/site
 wheels=$(ls .whl/*.whl | grep -v -e plotly -e traceinsight -e pydot)
 [ "${WITH_HTA:-0}" = 1 ] && wheels="$wheels $(ls .whl/plotly-*.whl .whl/traceinsight-*.whl .whl/pydot-*.whl)"
