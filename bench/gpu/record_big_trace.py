@@ -25,9 +25,9 @@ model = build_model(load_spec(args.model), "bf16", b.device)
 enable_layer_checkpointing(model)
 step = TrainingStep(model, b, 1, 4096, "adamw")
 step.run()
-with torch.profiler.profile(activities=b.profiler_activities(), record_shapes=True,
-                            schedule=torch.profiler.schedule(wait=0, warmup=1, active=args.steps)) as prof:
-    for _ in range(args.steps + 1):
+step.run()
+with torch.profiler.profile(activities=b.profiler_activities(), record_shapes=True) as prof:
+    for _ in range(args.steps):
         step.run()
         prof.step()
 prof.export_chrome_trace(args.out)
