@@ -157,3 +157,64 @@ def test_no_offload_and_no_trace_is_inconclusive():
     facts.offload, facts.trace = None, {}
     (v,) = judge(facts).values()
     assert v.status == "inconclusive"
+
+
+# -- the H200 run (samples/h200-llama3-8b-diagnose: Llama-3-8B, 4 layers, seq 4096, batch 1) ----------
+
+H200 = REPO / "samples" / "h200-llama3-8b-diagnose" / "facts.json"
+
+
+@pytest.fixture(scope="module")
+def h200() -> dict[str, object]:
+    return judge(Facts.load(H200))
+
+
+def test_h200_fires_on_every_variant_that_moves_activations_or_optimizer_states(h200):
+    # gc is the reference; DeepSpeed's cpu_checkpointing moves 96 MiB/step, 97% overlapped: no stall
+    assert sorted(h200) == ["deepspeed-zero2-offload+gc", "gc+save_on_cpu-pageable", "gc+save_on_cpu-pinned",
+                            "save_on_cpu-pinned"]
+    assert all((v.status, v.severity) == ("fired", "critical") for v in h200.values())
+
+
+def test_h200_pageable_save_on_cpu_is_pageable_copies_alone(h200):
+    # 5.3 GiB each way per step at 7.3 / 1.4 GB/s: far below the link, so pinning is the fix
+    v = h200["gc+save_on_cpu-pageable"]
+    assert v.headline == ("gc+save_on_cpu-pageable: the device stalls on the offload 93% of the step more than "
+                          "without offload (pageable copies)")
+    ev = {e.label: e.value for e in v.evidence}
+    assert ev["copy bandwidth HtoD / DtoH"] == "7.3 / 1.4"
+    assert round(ev["pageable share of copied bytes"]) == 100
+
+
+@pytest.mark.parametrize("variant, pct, gbs", [("gc+save_on_cpu-pinned", 61, "55.4 / 55.3"),
+                                               ("save_on_cpu-pinned", 76, "55.3 / 55.2")])
+def test_h200_pinned_save_on_cpu_saturates_the_link(h200, variant, pct, gbs):
+    # pinned copies run at 55 GB/s, 88% of the Gen5 x16 peak (63 GB/s), none overlapped with compute
+    v = h200[variant]
+    assert v.headline == (f"{variant}: the device stalls on the offload {pct}% of the step more than without "
+                          "offload (a saturated link)")
+    ev = {e.label: e.value for e in v.evidence}
+    assert ev["pageable share of copied bytes"] == 0
+    assert ev["copy bandwidth HtoD / DtoH"] == gbs
+
+
+def test_h200_zero_offload_is_a_saturated_link_and_a_host_bound_optimizer(h200):
+    # CPU Adam: the optimizer phase is 78% of a 1,058 ms step, the process on 8.3 cores
+    v = h200["deepspeed-zero2-offload+gc"]
+    assert v.headline.endswith("85% of the step more than without offload (a saturated link, a host-bound "
+                               "optimizer step)")
+    assert "more cores/threads for DeepSpeed's CPU Adam" in v.recommendation
+    ev = {e.label: e.value for e in v.evidence}
+    assert round(ev["optimizer share (optimizer phase / step (device events))"]) == 78
+    assert round(ev["process CPU mean (100 = one core)"]) == 827
+
+
+def test_h200_deepspeed_cpu_checkpointing_is_verified_on_the_host():
+    row = Facts.load(H200).offload.get("deepspeed-ckpt-cpu")
+    check = row.ckpt_check
+    # 4 layer inputs of 32 MiB, the newest kept on the device: 96 MiB/step device-to-host, as DeepSpeed counted
+    assert check.verified is True
+    assert (check.n_checkpoints, check.kept_on_device) == (4, 1)
+    assert check.expected_offload_bytes_per_step == 96 * 2**20 == check.ds_offloaded_bytes_per_step
+    assert round(check.trace_d2h_bytes_per_step / 2**20, 3) == 96.0
+    assert round(row.copy_overlap_share, 2) == 0.97

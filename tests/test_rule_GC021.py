@@ -99,3 +99,29 @@ def test_granularity_experiments_are_left_to_gc010():
     (v,) = judge(facts).values()
     assert v.status == "inconclusive"
     assert "no profiled training step" in v.headline
+
+
+# -- the H200 run (samples/h200-llama3-8b-diagnose) ------------------------------------------------
+
+H200 = REPO / "samples" / "h200-llama3-8b-diagnose" / "facts.json"
+
+
+def test_h200_only_the_cpu_adam_variant_waits_on_the_host():
+    # every other profiled step (sweep, offload) leaves host-wait idle under 20%: no verdict for them
+    verdicts = judge(Facts.load(H200))
+    assert list(verdicts) == [f"offload/{ZERO2}"]
+    v = verdicts[f"offload/{ZERO2}"]
+    assert (v.status, v.severity) == ("fired", "warning")
+    assert v.headline == f"offload/{ZERO2}: the device waits on a saturated host 72% of the step, mostly in the optimizer step"
+    ev = {e.label: e.value for e in v.evidence}
+    label = "where the host spent it: optimizer (host time the device did not match, share of the host-wait idle)"
+    assert round(ev[label], 1) == 95.5
+    assert round(ev["device utilisation mean"], 1) == 27.1
+
+
+def test_h200_pageable_copies_are_not_a_host_bound_step():
+    # the pageable variant's device idles, but inside its copies (host-wait 5%): GC020's, not GC021's
+    facts = Facts.load(H200)
+    row = facts.offload.get("gc+save_on_cpu-pageable")
+    assert round(row.host_wait_share, 3) == 0.052 and round(row.exposed_copy_share, 2) == 0.93
+    assert "offload/gc+save_on_cpu-pageable" not in judge(facts)
