@@ -39,14 +39,35 @@ CUDA_BLOCK_BYTES = 512
 # Forward runs on the main thread and backward on autograd's device thread, two handles.
 # Allocated in the warm-up step, so it is in the measured baseline. Settled by the H200 run.
 CUDA_BLAS_WORKSPACE_BYTES = 2 * 32 * MiB
-# Device memory the allocator never gets: the CUDA/MUSA context and loaded kernels
-# (REFERENCES.md §6: NVML "used" includes a context of about 0.3-0.6 GB).
-DEVICE_CONTEXT_BYTES = 512 * MiB
-# Headroom for the caching allocator's fragmentation: reserved exceeds allocated at the
-# peak (blocks cut from larger segments, segments kept per size class). Lightning's batch
-# finder keeps 5% (REFERENCES.md §3); we keep 2% because gcdoctor's peak already includes
-# every transient. Calibrated by peak_reserved / peak_allocated in bench/memory_model_gpu.py.
-FRAGMENTATION_FRACTION = 0.02
+# Device memory the allocator never gets: the CUDA/MUSA context and loaded kernels.
+# CALIBRATED on one run (samples/h200-llama3-8b-diagnose: H200, torch 2.11+cu130, driver
+# 580): every OOM message there reads "this process has X in use" with X - allocated -
+# reserved-but-unallocated = 0.74, 0.74, 0.75, 0.76 GiB of non-PyTorch memory, so 768 MiB.
+# (REFERENCES.md §6 gives 0.3-0.6 GB, from older stacks; this one, CUDA 13, simply
+# holds more.) The capacity is torch's total_memory (139.80 GiB on that H200; NVML reports
+# 615 MiB more, 143,771 MiB: the driver's own reservation).
+DEVICE_CONTEXT_BYTES = 768 * MiB
+# Fraction of (capacity - context) kept back for the caching allocator's fragmentation.
+# CALIBRATED on the same single H200 run, not derived: the allocated peak is predicted to
+# within 33 KiB there, so the margin alone decides the largest batch. What the run shows:
+# - every OOM failed on a big block the model names (no GC b3: g_logits32 5.87 GiB in the
+#   loss backward at 130.62 GiB allocated, model 130.60; GC b12/b16: the fp32 log-probs,
+#   23.48/31.31 GiB in the forward's loss at 93.66/109.91 GiB allocated, model 93.66/109.91),
+#   while the allocator held cached blocks it could not use for it (reserved but
+#   unallocated 2.59, 23.37, 20.18 GiB): no GC b3 lacked 0.03 GiB, GC b12 1.47 GiB;
+# - the largest fitting point (GC b11, peak 121.89 GiB allocated) reserved 130.07 GiB:
+#   8.2 GiB (6.3% of reserved) of slack at the fitting edge;
+# - measured largest batch 2 (no GC) and 11 (GC). With 768 MiB context every fraction in
+#   (7.3%, 12.3%] reproduces both from torch's capacity, (7.7%, 12.7%] from NVML's; 10% sits
+#   mid-range (usable 125.15 GiB of 139.80). The old 2% with 512 MiB predicted 3 and 13.
+# The slack depends on the allocation pattern (the fp32 loss block splits cached segments),
+# so other models, sequence lengths and cards may need another value: recalibrate with
+# `tests/test_memory_h200_calibration.py`'s data when a new run lands. Lightning's batch
+# finder keeps 5% (REFERENCES.md §3), which on this run would still predict GC batch 12.
+FRAGMENTATION_FRACTION = 0.10
+# Said wherever the margins are shown, so nobody mistakes them for a derivation.
+MARGIN_CALIBRATION = ("calibrated on one H200 run: Llama-3-8B, bf16, seq 4096, AdamW, "
+                      "samples/h200-llama3-8b-diagnose")
 
 # Categories of live bytes, for the breakdown at a peak.
 CATEGORIES = ("params", "optimizer_states", "grads", "activations", "logits_loss",
@@ -716,8 +737,9 @@ def predict(spec: Any, workload: Workload, in_place: bool | None = None) -> Pred
 
 
 def usable_bytes(device_memory_bytes: int, device: str = "cuda") -> int:
-    """What the caching allocator can give to tensors on a card of `device_memory_bytes`:
-    the card minus the context and a fragmentation margin (see the constants above)."""
+    """What the caching allocator can give to tensors on a card of `device_memory_bytes`
+    (torch's total_memory): the card minus the context, less a fragmentation margin. Both
+    constants are calibrated on one H200 run (see their comments and docs/memory-model.md)."""
     if device == "cpu":
         return device_memory_bytes
     room = device_memory_bytes - DEVICE_CONTEXT_BYTES
@@ -801,6 +823,9 @@ def memory_model_facts(spec: Any, seq_len: int, dtype: str = "bf16", optimizer: 
         pred = predict(spec, Workload(batch, seq_len, dtype, optimizer, variant == "gc", device))
         mm.points.append(predicted_point(pred, usable))
         mm.notes.extend(n for n in pred.notes if n not in mm.notes)
+    if usable is not None and device != "cpu":
+        mm.notes.append(f"usable memory = (capacity - {DEVICE_CONTEXT_BYTES // MiB} MiB context) x "
+                        f"(1 - {FRAGMENTATION_FRACTION:.0%} fragmentation margin), {MARGIN_CALIBRATION}")
     if usable is not None:
         for variant in ("no_gc", "gc"):
             mm.max_batch[variant] = max_batch(spec, usable, seq_len, dtype, optimizer, variant == "gc", device)

@@ -213,7 +213,8 @@ def run_plan(model: Any = None, device_memory: str | int | None = None, seq_len:
         "master_weights": master_weights,
         "device_memory_bytes": capacity, "usable_bytes": usable,
         "margins": {"context_bytes": M.DEVICE_CONTEXT_BYTES if device != "cpu" else 0,
-                    "fragmentation_fraction": M.FRAGMENTATION_FRACTION if device != "cpu" else 0.0},
+                    "fragmentation_fraction": M.FRAGMENTATION_FRACTION if device != "cpu" else 0.0,
+                    "calibration": M.MARGIN_CALIBRATION if device != "cpu" else None},
         "model_state_bytes": {"params": st.param_bytes, "grads": st.grad_bytes,
                               "optimizer_states": st.optimizer_state_bytes,
                               "master_weights": st.master_weight_bytes, "total": st.total_bytes},
@@ -239,7 +240,8 @@ def _render(data: dict, modes: list[str], batches: list[int], rows: list[dict]) 
         f"seq {data['seq_len']}",
         f"card {_card(data['device_memory_bytes'])} = {_gib(data['device_memory_bytes'])}; usable "
         f"{_gib(data['usable_bytes'])} (minus {data['margins']['context_bytes'] // M.MiB} MiB context and "
-        f"{100 * data['margins']['fragmentation_fraction']:.0f}% fragmentation margin)",
+        f"{100 * data['margins']['fragmentation_fraction']:.0f}% fragmentation margin"
+        + (f", {data['margins']['calibration']})" if data['margins']['calibration'] else ")"),
         f"model states {_gib(ms['total'])}: params {_gib(ms['params'])} + grads {_gib(ms['grads'])} + "
         f"optimizer {_gib(ms['optimizer_states'] + ms['master_weights'])}",
         f"per sample: activations {_gib(ps['layer_activations'])} without GC, {_gib(ps['checkpoint_residue'])} "

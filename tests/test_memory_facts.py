@@ -10,7 +10,7 @@ from gcdoctor.facts.memory import (MemoryModelFacts, PredictedPoint, predicted_a
                                    predicted_peak_saving, prediction_error_pct)
 from gcdoctor.models import load_spec
 
-H200_BYTES = 150754820096  # torch.cuda total_memory of an H200 (143771 MiB)
+H200_BYTES = 150754820096  # NVML total of an H200 (143771 MiB; torch reports 615 MiB less)
 
 
 def test_facts_hold_a_prediction_per_point_and_the_largest_batches():

@@ -50,14 +50,14 @@ def test_model_states_that_exceed_the_card_are_named_as_the_reason():
     text, data = run_plan("llama3-8b", "48GB")
     assert (data["max_batch_no_gc"], data["max_batch_gc"]) == (0, 0)
     assert "model states alone (59.8 GiB" in text
-    assert "exceed the usable 43.3 GiB" in text
+    assert "exceed the usable 39.6 GiB" in text
 
 
 def test_json_has_both_largest_batches_and_every_point():
     text, data = run_plan("llama3-8b", "150754820096", as_json=True)
     loaded = json.loads(text)
-    assert (loaded["max_batch_no_gc"], loaded["max_batch_gc"]) == (3, 13)
-    assert {(p["variant"], p["batch_size"]) for p in loaded["points"]} >= {("no_gc", 3), ("no_gc", 4), ("gc", 13), ("gc", 14)}
+    assert (loaded["max_batch_no_gc"], loaded["max_batch_gc"]) == (2, 11)  # measured on the H200
+    assert {(p["variant"], p["batch_size"]) for p in loaded["points"]} >= {("no_gc", 2), ("no_gc", 3), ("gc", 11), ("gc", 12)}
     n = 8030261248
     states = loaded["model_state_bytes"]
     assert (states["params"], states["grads"], states["optimizer_states"]) == (2 * n, 2 * n, 4 * n)
