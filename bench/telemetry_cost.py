@@ -1,7 +1,15 @@
 """What the telemetry sampler costs, and a PCIe demonstration.
 
-    python bench/telemetry_cost.py [--out DIR] [--seconds N] [--rates 20,50] [--no-gpu]
+    python bench/telemetry_cost.py [--out DIR] [--seconds N] [--rates 20,50] [--no-gpu] [--pcie-poll-hz HZ]
     python bench/telemetry_cost.py --pcie-demo --out DIR [--pcie-mode auto|counters|throughput]
+    python bench/telemetry_cost.py --fake-nvml [--fake-call-us 20] --seconds 10   # no GPU needed
+
+--pcie-poll-hz 50 forces the PCIe byte counters into their own 50 Hz thread (the design before
+issue 4's fix); the default reads them in the sampler's tick. --compare-poller runs the CPU part
+both ways. --fake-nvml replaces NVML by a stand-in whose every call spins for --fake-call-us of
+CPU (the driver's share), so the Python side of both designs can be compared on any machine.
+On a GPU the CPU part also times each NVML call the sampler makes (mean CPU and wall us, calls
+spaced like the sampler's) and splits each thread's CPU into user and system time.
 
 1. CPU cost: the process's CPU time over N seconds with the sampler running (main thread
    asleep), minus the same without it, as % of one core; plus the sampler thread's and the
@@ -69,10 +77,140 @@ def thread_cpu_s(prefix: str = "gcdoctor-") -> dict[str, float]:
     return out
 
 
-def read_cost_us(kind: str, reads: int = 200) -> dict[str, float]:
+class SpinNvml:
+    """NVML stand-in for CPU-only runs: every call spins `call_us` of CPU, as a driver ioctl does.
+
+    One H200 with a Gen5 x16 link; the PCIe byte counters advance 1 GB/s RX, 0.25 GB/s TX on the
+    monotonic clock, with NVML-style microsecond timestamps.
+    """
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, call_us: float) -> None:
+        from types import SimpleNamespace
+
+        self._ns = SimpleNamespace
+        self.call_s = call_us * 1e-6
+        self.calls = 0
+
+    def _spin(self) -> None:
+        self.calls += 1
+        end = time.thread_time() + self.call_s
+        while time.thread_time() < end:
+            pass
+
+    def _fv(self, field_id: int, value: int, ts: int):
+        return self._ns(fieldId=field_id, timestamp=ts, nvmlReturn=0, valueType=1, value=self._ns(uiVal=value))
+
+    def nvmlInit(self): pass  # noqa: E704
+    def nvmlShutdown(self): pass  # noqa: E704
+    def nvmlSystemGetDriverVersion(self): return "fake"  # noqa: E704
+    def nvmlDeviceGetCount(self): return 1  # noqa: E704
+    def nvmlDeviceGetHandleByIndex(self, i): return ("fake", i)  # noqa: E704
+    def nvmlDeviceGetName(self, h): return "fake H200"  # noqa: E704
+    def nvmlDeviceGetUUID(self, h): return "GPU-fake"  # noqa: E704
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h): return 5  # noqa: E704
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h): return 5  # noqa: E704
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h): return 16  # noqa: E704
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h): return 16  # noqa: E704
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        self._spin()
+        return self._ns(gpu=50, memory=20)
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        self._spin()
+        return self._ns(used=80 * 10**9, total=150 * 10**9)
+
+    def nvmlDeviceGetClockInfo(self, h, clock):
+        self._spin()
+        return 1980
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        self._spin()
+        return 0
+
+    def nvmlDeviceGetFieldValues(self, h, ids):
+        self._spin()
+        t = time.monotonic()
+        ts = int(t * 1e6)
+        vals = {186: 500_000, 197: int(0.25e9 * t) % 2**32, 198: int(1e9 * t) % 2**32}
+        return [self._fv(i, vals[i], ts) for i in ids]
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        return []
+
+
+def make_sources(kind: str, pcie_poll_hz: float | None, fake_call_us: float | None = None) -> list:
+    """The sources the bench measures: the real ones, or NVML replaced by SpinNvml."""
+    if fake_call_us is None:
+        return open_sources(kind, 0, pcie_poll_hz=pcie_poll_hz)
+    from gcdoctor.telemetry.host import HostSource
+    from gcdoctor.telemetry.nvml import NvmlSource
+
+    return [NvmlSource(0, nvml=SpinNvml(fake_call_us), pcie_poll_hz=pcie_poll_hz), HostSource()]
+
+
+def thread_user_sys_s() -> dict[str, tuple[float, float]]:
+    """(user, system) CPU seconds of live gcdoctor- threads, from /proc/self/task/TID/stat (ticks)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for th in threading.enumerate():
+        if th.name.startswith("gcdoctor-") and th.native_id is not None:
+            try:
+                fields = open(f"/proc/self/task/{th.native_id}/stat").read().rsplit(")", 1)[1].split()
+                out[th.name] = (int(fields[11]) / tick, int(fields[12]) / tick)
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def nvml_call_cost(calls: int = 100, spacing_s: float = 0.01) -> dict[str, dict[str, float]]:
+    """Mean CPU and wall microseconds of each NVML call the sampler makes, calls spaced like ticks.
+
+    Mean, not median: a call that is cheap most of the time and costly now and then (a driver
+    refresh, a firmware round trip) costs its mean. Spaced, not back to back: a driver may cache.
+    """
+    import pynvml as nvml
+
+    from gcdoctor.telemetry.nvml import FieldReader
+
+    nvml.nvmlInit()
+    h = nvml.nvmlDeviceGetHandleByIndex(0)
+    cases = {
+        "GetUtilizationRates": lambda: nvml.nvmlDeviceGetUtilizationRates(h),
+        "GetMemoryInfo": lambda: nvml.nvmlDeviceGetMemoryInfo(h),
+        "GetClockInfo(SM)": lambda: nvml.nvmlDeviceGetClockInfo(h, 1),
+        "GetCurrentClocksEventReasons": lambda: nvml.nvmlDeviceGetCurrentClocksEventReasons(h),
+        "GetPowerUsage": lambda: nvml.nvmlDeviceGetPowerUsage(h),
+        "FieldValues[186] (pynvml wrapper)": lambda: nvml.nvmlDeviceGetFieldValues(h, [186]),
+        "FieldValues[197,198] (pynvml wrapper)": lambda: nvml.nvmlDeviceGetFieldValues(h, [197, 198]),
+        "FieldValues[186,197,198] (prebuilt array)": FieldReader(nvml, h, [186, 197, 198]).read,
+    }
+    out = {}
+    for name, fn in cases.items():
+        cpu = wall = 0.0
+        try:
+            for _ in range(calls):
+                c0, w0 = time.thread_time(), time.perf_counter()
+                fn()
+                cpu += time.thread_time() - c0
+                wall += time.perf_counter() - w0
+                time.sleep(spacing_s)
+        except Exception as exc:  # noqa: BLE001
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"}
+            continue
+        out[name] = {"cpu_us": round(1e6 * cpu / calls, 1), "wall_us": round(1e6 * wall / calls, 1)}
+    nvml.nvmlShutdown()
+    return out
+
+
+def read_cost_us(kind: str, reads: int = 200, pcie_poll_hz: float | None = None,
+                 fake_call_us: float | None = None) -> dict[str, float]:
     """Median wall time of one read() of each source, in microseconds."""
     out = {}
-    for src in open_sources(kind, 0):
+    for src in make_sources(kind, pcie_poll_hz, fake_call_us):
         if isinstance(src, UnavailableSource):
             continue
         src.reset()
@@ -87,7 +225,8 @@ def read_cost_us(kind: str, reads: int = 200) -> dict[str, float]:
     return out
 
 
-def cpu_cost(kind: str, rate_hz: float, seconds: float, events_path: Path | None = None) -> dict:
+def cpu_cost(kind: str, rate_hz: float, seconds: float, events_path: Path | None = None,
+             pcie_poll_hz: float | None = None, fake_call_us: float | None = None) -> dict:
     """Process CPU over `seconds` with the sampler at rate_hz, and the idle baseline.
 
     With events_path, every sample is also written as a TelemetrySampled JSON line, as the
@@ -107,21 +246,25 @@ def cpu_cost(kind: str, rate_hz: float, seconds: float, events_path: Path | None
         def on_sample(t: float, values: dict) -> None:
             fh.write(event_to_json(TelemetrySampled(t, values)) + "\n")
 
-    sources = open_sources(kind, 0)
+    sources = make_sources(kind, pcie_poll_hz, fake_call_us)
     sampler = TelemetrySampler(sources, rate_hz=rate_hz, on_sample=on_sample)
     sampler.start()
-    t_before = thread_cpu_s()
+    t_before, us_before = thread_cpu_s(), thread_user_sys_s()
     c0, w0 = time.process_time(), time.monotonic()
     time.sleep(seconds)
     c1, w1 = time.process_time(), time.monotonic()
-    t_after = thread_cpu_s()
+    t_after, us_after = thread_cpu_s(), thread_user_sys_s()
+    pcie_counter = next((v for k, v in sampler._static.items() if k.endswith(".pcie_counter")), None)
     sampler.stop()
     if fh is not None:
         fh.close()
     wall = w1 - w0
     threads = {k: round(100.0 * (t_after[k] - t_before.get(k, 0.0)) / wall, 3) for k in t_after}
     f = sampler.facts()
+    user_sys = {k: [round(100.0 * (us_after[k][i] - us_before.get(k, (0.0, 0.0))[i]) / wall, 2) for i in (0, 1)]
+                for k in us_after}
     return {
+        "pcie_poll_hz": pcie_poll_hz, "pcie_counter": pcie_counter, "fake_nvml_call_us": fake_call_us,
         "rate_hz": rate_hz, "seconds": round(wall, 2), "samples": f.samples, "events_jsonl": fh is not None,
         "achieved_rate_hz": round(f.achieved_rate_hz or 0, 2), "missed_ticks": f.missed_ticks,
         "sources": f.sources, "series": len(f.series),
@@ -129,6 +272,7 @@ def cpu_cost(kind: str, rate_hz: float, seconds: float, events_path: Path | None
         "idle_baseline_cpu_pct": round(idle_pct, 3),
         "sampler_cost_pct_of_core": round(100.0 * (c1 - c0) / wall - idle_pct, 3),
         "per_thread_pct_of_core": threads,
+        "per_thread_user_sys_pct_of_core": user_sys,
         "self_reported_overhead_pct": round(f.overhead_cpu_pct or 0.0, 3),
         "cpu_us_per_sample": round(1e6 * (c1 - c0) / max(f.samples, 1), 1),
     }
@@ -181,7 +325,8 @@ def gpu_ab(rate_hz: float, blocks: int, steps: int, n: int) -> dict:
     }
 
 
-def pcie_demo(out: Path, rate_hz: float, pcie_mode: str, size_mib: int, phase_s: float) -> dict:
+def pcie_demo(out: Path, rate_hz: float, pcie_mode: str, size_mib: int, phase_s: float,
+              pcie_poll_hz: float | None = None) -> dict:
     """Idle and copy phases; PCIe series per phase beside the copy rate torch measured."""
     import torch
 
@@ -191,7 +336,7 @@ def pcie_demo(out: Path, rate_hz: float, pcie_mode: str, size_mib: int, phase_s:
     pageable = torch.empty(n, dtype=torch.uint8)
     gpu = torch.empty(n, dtype=torch.uint8, device=dev)
     torch.cuda.synchronize()
-    sources = open_sources("cuda", 0, pcie_mode=pcie_mode)
+    sources = open_sources("cuda", 0, pcie_mode=pcie_mode, pcie_poll_hz=pcie_poll_hz)
     sampler = TelemetrySampler(sources, rate_hz=rate_hz, stream_path=out / "telemetry.csv")
     phases = []
 
@@ -251,6 +396,13 @@ def main() -> None:
     ap.add_argument("--matmul-n", type=int, default=8192)
     ap.add_argument("--pcie-demo", action="store_true", help="only the PCIe demonstration")
     ap.add_argument("--pcie-mode", default="auto", choices=["auto", "counters", "throughput"])
+    ap.add_argument("--pcie-poll-hz", type=float, default=None,
+                    help="PCIe byte counters in their own thread at this rate (default: in the sampler's tick)")
+    ap.add_argument("--compare-poller", action="store_true",
+                    help="CPU part twice: counters in a 50 Hz thread (before issue 4's fix), then in the tick")
+    ap.add_argument("--fake-nvml", action="store_true", help="NVML stand-in spinning --fake-call-us per call")
+    ap.add_argument("--fake-call-us", type=float, default=20.0,
+                    help="CPU per fake NVML call (H200: 5 calls of the sampler's read took 106 us)")
     ap.add_argument("--copy-mib", type=int, default=1024)
     ap.add_argument("--phase-seconds", type=float, default=2.0)
     args = ap.parse_args()
@@ -260,24 +412,35 @@ def main() -> None:
     if args.pcie_demo:
         out = args.out or Path("pcie-demo")
         out.mkdir(parents=True, exist_ok=True)
-        result["pcie_demo"] = pcie_demo(out, 20.0, args.pcie_mode, args.copy_mib, args.phase_seconds)
+        result["pcie_demo"] = pcie_demo(out, 20.0, args.pcie_mode, args.copy_mib, args.phase_seconds,
+                                         args.pcie_poll_hz)
         (out / "result.json").write_text(json.dumps(result, indent=1))
         return
-    kind = device_kind(args.no_gpu)
-    result["device_kind"] = kind
-    result["read_cost_us"] = read_cost_us(kind)
-    print(f"machine: {result['machine']['cpu']} ({result['machine']['logical_cpus']} logical CPUs), sources for {kind}")
+    fake_us = args.fake_call_us if args.fake_nvml else None
+    kind = "cuda" if args.fake_nvml else device_kind(args.no_gpu)
+    result["device_kind"] = kind + (f" (fake NVML, {fake_us:g} us CPU per call)" if fake_us is not None else "")
+    result["read_cost_us"] = read_cost_us(kind, pcie_poll_hz=args.pcie_poll_hz, fake_call_us=fake_us)
+    print(f"machine: {result['machine']['cpu']} ({result['machine']['logical_cpus']} logical CPUs), "
+          f"sources for {result['device_kind']}")
     print("median read() wall time per source (us):", result["read_cost_us"])
+    if kind == "cuda" and fake_us is None:
+        result["nvml_call_cost_us"] = nvml_call_cost()
+        print("NVML calls, mean per call (100 calls, 10 ms apart):")
+        for name, c in result["nvml_call_cost_us"].items():
+            print(f"  {name:<44} {c.get('cpu_us', '-'):>8} us CPU {c.get('wall_us', '-'):>8} us wall {c.get('error', '')}")
     result["cpu"] = []
-    for rate in [float(r) for r in args.rates.split(",")]:
+    poll_modes = [50.0, None] if args.compare_poller else [args.pcie_poll_hz]
+    for rate, poll_hz in [(float(r), p) for r in args.rates.split(",") for p in poll_modes]:
         ev = args.out / f"events-{rate:g}hz.jsonl" if (args.events_jsonl and args.out) else None
-        r = cpu_cost(kind, rate, args.seconds, ev)
+        r = cpu_cost(kind, rate, args.seconds, ev, pcie_poll_hz=poll_hz, fake_call_us=fake_us)
         result["cpu"].append(r)
+        print(f"PCIe counters: {r['pcie_counter']}")
         print(f"{rate:5.0f} Hz{' +events.jsonl' if ev else ''}  {r['samples']} samples in {r['seconds']} s ({r['achieved_rate_hz']} Hz achieved), "
               f"sources {'+'.join(r['sources'])}: process CPU {r['process_cpu_pct']}% - idle {r['idle_baseline_cpu_pct']}% "
               f"= {r['sampler_cost_pct_of_core']}% of one core; threads {r['per_thread_pct_of_core']}; "
+              f"user/sys {r['per_thread_user_sys_pct_of_core']}; "
               f"self-reported {r['self_reported_overhead_pct']}%; {r['cpu_us_per_sample']} us CPU/sample")
-    if kind == "cuda":
+    if kind == "cuda" and fake_us is None:
         g = gpu_ab(20.0, args.blocks, args.steps, args.matmul_n)
         result["gpu_ab"] = g
         print(f"step time ({g['workload']}, {g['device']}): off {g['median_step_ms_off']} ms "

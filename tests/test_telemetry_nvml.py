@@ -66,6 +66,7 @@ class FakeNvml:
         self.throughput_kbs = throughput_kbs or {0: 1_200, 1: 59_500_000}
         self.init_error = init_error
         self.calls: list[str] = []
+        self.field_calls: list[list[int]] = []  # the ids of every nvmlDeviceGetFieldValues call
         self.shutdowns = 0
 
     def _call(self, name):
@@ -138,15 +139,22 @@ class FakeNvml:
         return self._dev(h)["link"]["max_width"]
 
     def nvmlDeviceGetFieldValues(self, h, ids):
-        if ids == [186]:
-            if "power_instant" in self.unsupported:
-                return [fv(186, 0, ret=NOT_SUPPORTED)]
-            return [fv(186, self._dev(h)["power_instant_mw"])]
-        assert ids == [197, 198]
-        if "pcie_counters" in self.unsupported:
-            return [fv(197, 0, ret=NOT_SUPPORTED), fv(198, 0, ret=NOT_SUPPORTED)]
-        ts, tx, rx = self.pcie_counters.pop(0)
-        return [fv(197, tx, ts), fv(198, rx, ts)]
+        """Power (186) and the PCIe counters (197, 198; one recorded poll per call), in any mix."""
+        self.field_calls.append(list(ids))
+        assert set(ids) <= {186, 197, 198}
+        counters = self.pcie_counters.pop(0) if {197, 198} & set(ids) and "pcie_counters" not in self.unsupported \
+            else None
+        out = []
+        for i in ids:
+            if i == 186:
+                out.append(fv(186, 0, ret=NOT_SUPPORTED) if "power_instant" in self.unsupported
+                           else fv(186, self._dev(h)["power_instant_mw"]))
+            elif counters is None:
+                out.append(fv(i, 0, ret=NOT_SUPPORTED))
+            else:
+                ts, tx, rx = counters
+                out.append(fv(i, tx if i == 197 else rx, ts))
+        return out
 
     def nvmlDeviceGetPcieThroughput(self, h, counter):
         self._call("nvmlDeviceGetPcieThroughput")
@@ -195,7 +203,7 @@ def test_pcie_counters_are_unwrapped_across_the_32_bit_boundary():
         (1_040_000, (start_tx + 40_000_000) % wrap, (start_rx + 2_000_000_000) % wrap),  # wraps RX
         (1_060_000, (start_tx + 360_000_000) % wrap, (start_rx + 2_500_000_000) % wrap),  # wraps TX
     ]
-    src = open_fake(FakeNvml(pcie_counters=polls))
+    src = open_fake(FakeNvml(pcie_counters=polls), pcie_poll_hz=50)  # a poller, driven by hand
     src.reset()  # what the sampler does on start: rates begin at the primed poll
     src.poll_pcie()
     src.poll_pcie()
@@ -211,7 +219,7 @@ def test_pcie_counters_are_unwrapped_across_the_32_bit_boundary():
 def test_an_interval_too_long_to_unwrap_makes_the_rate_unavailable_not_wrong():
     # Gen5 x16 moves up to 63 GB/s: in 100 ms it could wrap a 4 GiB counter more than once
     polls = [(0 + 1_000_000, 0, 0), (1_020_000, 1000, 1000), (1_120_000, 5000, 5000), (1_140_000, 7000, 9000)]
-    src = open_fake(FakeNvml(pcie_counters=polls))
+    src = open_fake(FakeNvml(pcie_counters=polls), pcie_poll_hz=50)  # a poller, driven by hand
     src.reset()
     src.poll_pcie()
     assert src.read()["gpu0.pcie_rx_gbs"] == pytest.approx(1000 / 0.02 / 1e9)
@@ -224,7 +232,7 @@ def test_an_interval_too_long_to_unwrap_makes_the_rate_unavailable_not_wrong():
 
 def test_no_new_counter_value_is_missing_not_zero():
     polls = [(1_000_000, 10, 10), (1_000_000, 10, 10)]  # the driver has not refreshed the fields
-    src = open_fake(FakeNvml(pcie_counters=polls))
+    src = open_fake(FakeNvml(pcie_counters=polls), pcie_poll_hz=50)  # a poller, driven by hand
     src.reset()
     src.poll_pcie()
     assert src.read()["gpu0.pcie_tx_gbs"] is None

@@ -59,6 +59,10 @@ class Source:
     def read(self) -> Values:
         raise NotImplementedError
 
+    def set_rate_hz(self, rate_hz: float) -> None:
+        """The sampler's rate, told before it starts: a source whose counters need reading more
+        often than that (wrapping PCIe byte counters) starts its own poller thread here."""
+
     def reset(self) -> None:
         """Restart rate baselines (the sampler calls this when it starts), so the first sample
         covers one sampling period and not the time since the source opened."""

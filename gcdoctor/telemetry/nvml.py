@@ -8,8 +8,11 @@ and meanings of the counters (REFERENCES.md section 6, NVML API reference):
 - Memory (`nvmlDeviceGetMemoryInfo`): "used" includes every process's CUDA context and
   other processes' memory, not only this process's allocator.
 - PCIe throughput: the byte-count fields `NVML_FI_DEV_PCIE_COUNT_TX_BYTES`/`RX_BYTES`
-  (197/198, driver R555+) are cheap (~0.3 ms) but 32-bit: at Gen5 x16 speed they wrap about
-  every 70 ms, so a dedicated thread polls them at 50 Hz and unwraps them. Without them,
+  (197/198, driver R555+) are cheap but 32-bit: at Gen5 x16 speed they wrap every 68 ms. When
+  the sampler's period is short enough to unwrap them with headroom (20 Hz at Gen5 x16), they are
+  read in the sampler's own tick, in the same `nvmlDeviceGetFieldValues` call as the instant
+  power field: one call per device per tick, no extra thread. A slower sampler (or an explicit
+  `pcie_poll_hz`) gets a dedicated poller thread (50 Hz by default). Without them,
   `nvmlDeviceGetPcieThroughput` blocks ~20 ms per call and direction and reports KB/s
   (1000-byte units) over a 20 ms window; it runs in its own thread so it never stalls the
   sampler. TX = device to host, RX = host to device; both include protocol overhead.
@@ -19,9 +22,15 @@ and meanings of the counters (REFERENCES.md section 6, NVML API reference):
 
 NVML is thread-safe (NVML API reference, "Initialization and Cleanup"), so the sampler and
 the PCIe poller may call it at the same time.
+
+Cost (issue 4, measured on an H200, driver 580.159): with a 50 Hz poller thread beside the 20 Hz
+sampler the telemetry cost 5.8% of one core, 4.4 of it in the poller: every wake-up of a
+Python thread costs far more CPU than the NVML call it makes. Hence one thread, one field-values
+call per device per tick, and a field-value array built once (`FieldReader`).
 """
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 from dataclasses import dataclass
@@ -39,6 +48,12 @@ PCIE_UTIL_TX = 0  # NVML_PCIE_UTIL_TX_BYTES
 PCIE_UTIL_RX = 1  # NVML_PCIE_UTIL_RX_BYTES
 CLOCK_SM = 1  # NVML_CLOCK_SM
 COUNTER_WRAP = 2 ** 32
+# Read the byte counters in the sampler's tick only if one period moves at most this share of
+# 2**32 bytes at the link's peak: a tick may then come up to 1/3 of a period late (GIL hand-off,
+# scheduler) before its interval becomes too long to unwrap. Gen5 x16 (63.0 GB/s): periods up
+# to 51 ms, i.e. sampling at 19.6 Hz or faster.
+TICK_WRAP_HEADROOM = 0.75
+DEFAULT_POLL_HZ = 50.0  # the poller's rate when one is needed: 20 ms, a third of Gen5 x16's wrap
 
 _VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
@@ -60,6 +75,47 @@ def _err(nvml: Any, exc: BaseException) -> str:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class FieldReader:
+    """One `nvmlDeviceGetFieldValues` call for a fixed list of field ids of one device.
+
+    With nvidia-ml-py the c_nvmlFieldValue_t array is built once and passed to the C function
+    on every read (the binding's wrapper builds a new array type instance and sets every id,
+    through a try/except per id, on each call). With any other module (a test stand-in, an
+    older binding) it calls `module.nvmlDeviceGetFieldValues(handle, ids)`. The returned array
+    is reused: read its values before the next `read()`, in the same thread.
+    """
+
+    def __init__(self, nvml: Any, handle: Any, ids: list[int]) -> None:
+        self.ids = list(ids)
+        self._nvml = nvml
+        self._handle = handle
+        self._fn: Any = None
+        struct = getattr(nvml, "c_nvmlFieldValue_t", None)
+        get_fn = getattr(nvml, "_nvmlGetFunctionPointer", None)
+        if struct is None or get_fn is None or not self.ids:
+            return
+        try:
+            self._arr = (struct * len(self.ids))()
+            for i, field_id in enumerate(self.ids):
+                self._arr[i].fieldId = field_id
+            self._n = ctypes.c_int32(len(self.ids))
+            self._fn = get_fn("nvmlDeviceGetFieldValues")
+        except Exception:  # noqa: BLE001 - fall back to the binding's own wrapper
+            self._fn = None
+
+    @property
+    def prebuilt(self) -> bool:
+        return self._fn is not None
+
+    def read(self) -> Any:
+        if self._fn is None:
+            return self._nvml.nvmlDeviceGetFieldValues(self._handle, self.ids)
+        ret = self._fn(self._handle, self._n, self._arr)  # ctypes passes an array by reference
+        if ret != 0:
+            raise self._nvml.NVMLError(ret)
+        return self._arr
 
 
 @dataclass
@@ -91,17 +147,22 @@ class PcieCounterPoller:
         self._clock = clock
         self._lock = threading.Lock()
         self._state = {k: {"tx": _Counter(), "rx": _Counter()} for k in devices}
+        self._peak = {k: (peak or FASTEST_KNOWN_LINK_GBS) * 1e9 for k, (_, peak) in devices.items()}
+        self._readers: dict[str, FieldReader] | None = None  # built on the first poll
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.polls = 0
+        self.polls = 0  # polls by this thread, or sampler ticks that read the counters
         self.errors = 0
         self.last_error: str | None = None
         self.cpu_s = 0.0  # this poller thread's CPU time
 
     def poll_once(self) -> None:
-        for key, (handle, _) in self._devices.items():
+        if self._readers is None:
+            self._readers = {k: FieldReader(self._nvml, h, [FI_PCIE_TX_BYTES, FI_PCIE_RX_BYTES])
+                             for k, (h, _) in self._devices.items()}
+        for key, reader in self._readers.items():
             try:
-                values = self._nvml.nvmlDeviceGetFieldValues(handle, [FI_PCIE_TX_BYTES, FI_PCIE_RX_BYTES])
+                values = reader.read()
             except Exception as exc:  # noqa: BLE001 - one failed poll must not end the thread
                 self.errors += 1
                 self.last_error = _err(self._nvml, exc)
@@ -110,9 +171,9 @@ class PcieCounterPoller:
         self.polls += 1
 
     def ingest(self, key: str, values: Any) -> None:
-        """Take one device's [TX, RX] field values (a poll, or the probe made when opening)."""
+        """Take one device's [TX, RX] field values (a poll, a sampler tick, or the probe at open)."""
         now = self._clock()
-        peak = (self._devices[key][1] or FASTEST_KNOWN_LINK_GBS) * 1e9
+        peak = self._peak[key]
         with self._lock:
             for direction, fv in zip(("tx", "rx"), values):
                 raw = field_value(fv)
@@ -136,6 +197,13 @@ class PcieCounterPoller:
         c.raw, c.t = raw, t
         c.updates += 1
 
+    def rebase(self, key: str, values: Any) -> None:
+        """Restart one device's deltas from these [TX, RX] values (totals kept, no interval counted)."""
+        with self._lock:
+            for c in self._state[key].values():
+                c.raw = None
+        self.ingest(key, values)
+
     def snapshot(self, key: str) -> dict[str, tuple[int, float | None, int, int]]:
         """direction -> (total bytes, time, ambiguous intervals, updates) of one device."""
         with self._lock:
@@ -153,8 +221,14 @@ class PcieCounterPoller:
             self._stop.wait(delay)
 
     def start(self) -> None:
+        if self._thread is not None:
+            return
         self._thread = threading.Thread(target=self._run, name="gcdoctor-pcie-counters", daemon=True)
         self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
 
     def stop(self) -> None:
         self._stop.set()
@@ -222,13 +296,19 @@ class PcieThroughputPoller:
             self._thread.join(timeout=2.0)
 
 
+Reader = Callable[[Any], tuple]  # handle -> values, in the order of its series keys
+
+
 @dataclass
 class _Device:
     key: str
     handle: Any
     index: int | None
     static: dict[str, Any]
-    readers: dict[str, Callable[[Any], dict[str, float | None]]]
+    readers: list[tuple[Reader, tuple[str, ...]]]  # (reader, full series names) per call
+    power_field: bool = False  # power from field 186, read in the tick's field-values call
+    tick: FieldReader | None = None  # the one field-values call of each tick (power, PCIe)
+    tick_pcie: bool = False  # the tick's call also reads the PCIe byte counters 197/198
 
 
 class NvmlSource(Source):
@@ -239,17 +319,25 @@ class NvmlSource(Source):
     tests; `start_pollers=False` leaves the PCIe poller to be driven by hand (`poll_pcie`).
     pcie_mode: "auto" (byte counters, else the throughput call), "counters" or "throughput"
     (to compare the two on one machine).
+    pcie_poll_hz: None (default) reads the byte counters in each read() - the sampler's tick -
+    unless the sampler announces a rate too slow to unwrap them (`set_rate_hz`), in which case a
+    poller thread runs at 50 Hz; a number > 0 always uses a poller thread at that rate; 0 never
+    does (intervals too long to unwrap then read as missing).
     """
 
     name = "nvml"
 
-    def __init__(self, device_index: int | None = 0, nvml: Any = None, pcie_poll_hz: float = 50.0,
+    def __init__(self, device_index: int | None = 0, nvml: Any = None, pcie_poll_hz: float | None = None,
                  start_pollers: bool = True, clock: Callable[[], float] = time.monotonic,
                  visible_env: str = "CUDA_VISIBLE_DEVICES", pcie_mode: str = "auto") -> None:
         super().__init__()
         if pcie_mode not in ("auto", "counters", "throughput"):
             raise ValueError(f"pcie_mode {pcie_mode!r}: use auto, counters or throughput")
         self._pcie_mode = pcie_mode
+        if pcie_poll_hz is not None and pcie_poll_hz < 0:
+            raise ValueError("pcie_poll_hz must be None (auto), 0 (never a thread) or positive")
+        self._poll_hz = pcie_poll_hz
+        self._start_pollers = start_pollers
         if nvml is None:
             try:
                 import pynvml as nvml  # noqa: PLC0415 - optional dependency (nvidia-ml-py)
@@ -268,7 +356,7 @@ class NvmlSource(Source):
             raise
 
     # -- opening -----------------------------------------------------------------------------
-    def _open(self, device_index: int | None, visible_env: str, pcie_poll_hz: float,
+    def _open(self, device_index: int | None, visible_env: str, pcie_poll_hz: float | None,
               start_pollers: bool) -> None:
         nvml = self._nvml
         count = nvml.nvmlDeviceGetCount()
@@ -295,10 +383,11 @@ class NvmlSource(Source):
             self.devices.append(self._open_device(key, handle, selector if isinstance(selector, int) else None))
         if not self.devices:
             raise SourceUnavailable(next(iter(self.unavailable.values()), "NVML: no device"))
+        self._prev_pcie: dict[str, dict[str, tuple]] = {}
         self._open_pcie(pcie_poll_hz, start_pollers)
+        self._build_ticks()
         self.series = [f"{d.key}.{s}" for d in self.devices for s in DEVICE_SERIES
                        if f"{d.key}.{s}" not in self.unavailable]
-        self._prev_pcie: dict[str, dict[str, tuple]] = {}
         self._link_refresh_t = self._clock()
 
     def _probe(self, key: str, series: list[str], label: str, fn: Callable[[], Any]) -> Any:
@@ -322,56 +411,54 @@ class NvmlSource(Source):
         static["pcie_link_gen_seen_max"] = static.get("pcie_link_gen_current")
         static["pcie_link_peak_gbs"] = link_peak_gbs(static.get("pcie_link_gen_max"),
                                                      static.get("pcie_link_width_max"))
-        readers: dict[str, Callable[[Any], dict[str, float | None]]] = {}
+        readers: list[tuple[Reader, tuple[str, ...]]] = []
 
-        def utilization(h: Any) -> dict[str, float | None]:
+        def utilization(h: Any) -> tuple:
             u = nvml.nvmlDeviceGetUtilizationRates(h)
-            return {"util_pct": float(u.gpu), "mem_util_pct": float(u.memory)}
+            return float(u.gpu), float(u.memory)
 
-        def memory(h: Any) -> dict[str, float | None]:
+        def memory(h: Any) -> tuple:
             m = nvml.nvmlDeviceGetMemoryInfo(h)
-            return {"mem_used_bytes": float(m.used), "mem_total_bytes": float(m.total)}
+            return float(m.used), float(m.total)
 
-        def power_instant(h: Any) -> dict[str, float | None]:
-            mw = field_value(nvml.nvmlDeviceGetFieldValues(h, [FI_POWER_INSTANT])[0])
-            return {"power_w": None if mw is None else mw / 1000.0}
+        def power_average(h: Any) -> tuple:
+            return (nvml.nvmlDeviceGetPowerUsage(h) / 1000.0,)
 
-        def power_average(h: Any) -> dict[str, float | None]:
-            return {"power_w": nvml.nvmlDeviceGetPowerUsage(h) / 1000.0}
-
-        def sm_clock(h: Any) -> dict[str, float | None]:
-            return {"sm_clock_mhz": float(nvml.nvmlDeviceGetClockInfo(h, CLOCK_SM))}
+        def sm_clock(h: Any) -> tuple:
+            return (float(nvml.nvmlDeviceGetClockInfo(h, CLOCK_SM)),)
 
         reasons_fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
             nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
 
-        def throttle(h: Any) -> dict[str, float | None]:
-            return {"throttle_reasons": float(reasons_fn(h))}
+        def throttle(h: Any) -> tuple:
+            return (float(reasons_fn(h)),)
 
-        for name, fn, series, label in (
-                ("utilization", utilization, ["util_pct", "mem_util_pct"], "nvmlDeviceGetUtilizationRates"),
-                ("memory", memory, ["mem_used_bytes", "mem_total_bytes"], "nvmlDeviceGetMemoryInfo"),
-                ("sm_clock", sm_clock, ["sm_clock_mhz"], "nvmlDeviceGetClockInfo(SM)")):
+        for fn, series, label in (
+                (utilization, ["util_pct", "mem_util_pct"], "nvmlDeviceGetUtilizationRates"),
+                (memory, ["mem_used_bytes", "mem_total_bytes"], "nvmlDeviceGetMemoryInfo"),
+                (sm_clock, ["sm_clock_mhz"], "nvmlDeviceGetClockInfo(SM)")):
             first = self._probe(key, series, label, lambda fn=fn: fn(handle))
             if first is not None:
-                readers[name] = fn
-                if name == "memory":
-                    static["total_memory_bytes"] = int(first["mem_total_bytes"])
-        # Power: the instant field if this GPU/driver fills it, else the (averaged) power usage.
-        instant = self._probe(key, [], "", lambda: power_instant(handle))
-        if instant is not None and instant["power_w"] is not None:
-            readers["power"] = power_instant
+                readers.append((fn, tuple(f"{key}.{s}" for s in series)))
+                if fn is memory:
+                    static["total_memory_bytes"] = int(first[1])
+        # Power: the instant field if this GPU/driver fills it (read in the tick's field-values
+        # call), else the (averaged) power usage.
+        instant = self._probe(key, [], "", lambda: field_value(
+            nvml.nvmlDeviceGetFieldValues(handle, [FI_POWER_INSTANT])[0]))
+        power_field = instant is not None
+        if power_field:
             static["power_counter"] = "NVML_FI_DEV_POWER_INSTANT (instantaneous)"
         elif self._probe(key, ["power_w"], "nvmlDeviceGetPowerUsage", lambda: power_average(handle)) is not None:
-            readers["power"] = power_average
+            readers.append((power_average, (f"{key}.power_w",)))
             static["power_counter"] = "nvmlDeviceGetPowerUsage (a 1 s average on Ampere and newer)"
             self.notes.append(f"{key}.power_w is nvmlDeviceGetPowerUsage, a 1 s average on recent GPUs "
                               "(the instant power field is not available)")
         if reasons_fn is None:
             self.unavailable[f"{key}.throttle_reasons"] = "this nvidia-ml-py has no clock event reasons call"
         elif self._probe(key, ["throttle_reasons"], reasons_fn.__name__, lambda: throttle(handle)) is not None:
-            readers["throttle"] = throttle
-        return _Device(key, handle, index, static, readers)
+            readers.append((throttle, (f"{key}.throttle_reasons",)))
+        return _Device(key, handle, index, static, readers, power_field=power_field)
 
     def _link_state(self, handle: Any) -> dict[str, int | None]:
         nvml = self._nvml
@@ -387,7 +474,7 @@ class NvmlSource(Source):
                 out[name] = None
         return out
 
-    def _open_pcie(self, hz: float, start: bool) -> None:
+    def _open_pcie(self, hz: float | None, start: bool) -> None:
         """Byte counters if every device has them, else the blocking throughput call."""
         nvml = self._nvml
         self._counters: PcieCounterPoller | None = None
@@ -407,12 +494,10 @@ class NvmlSource(Source):
         if counter_ok:
             self._counters = PcieCounterPoller(
                 nvml, {d.key: (d.handle, d.static.get("pcie_link_peak_gbs")) for d in self.devices},
-                hz=hz, clock=self._clock)
+                hz=hz or DEFAULT_POLL_HZ, clock=self._clock)
             for d in self.devices:
-                d.static["pcie_counter"] = f"NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES polled at {hz:g} Hz"
                 self._counters.ingest(d.key, first[d.key])  # prime: a rate needs a previous value
-            if start:
-                self._counters.start()
+            self._set_pcie_thread(bool(hz))  # explicit rate: a thread; auto or 0: in the tick
             return
         usable = {}
         if self._pcie_mode == "counters":
@@ -442,10 +527,55 @@ class NvmlSource(Source):
         except Exception as exc:  # noqa: BLE001
             return _err(self._nvml, exc)
 
+    def _set_pcie_thread(self, thread: bool) -> None:
+        """Read the byte counters in a poller thread, or in each read() (the sampler's tick)."""
+        assert self._counters is not None
+        hz = 1.0 / self._counters._period
+        for d in self.devices:
+            d.tick_pcie = not thread
+            d.static["pcie_counter"] = (
+                f"NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES polled at {hz:g} Hz in a thread" if thread else
+                "NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES read at every sample (one field-values call per tick)")
+        self._build_ticks()
+        if thread and self._start_pollers:
+            self._counters.start()
+
+    def _build_ticks(self) -> None:
+        for d in self.devices:
+            ids = ([FI_POWER_INSTANT] if d.power_field else []) + (
+                [FI_PCIE_TX_BYTES, FI_PCIE_RX_BYTES] if d.tick_pcie else [])
+            d.tick = FieldReader(self._nvml, d.handle, ids) if ids else None
+
+    def needs_pcie_thread(self, rate_hz: float) -> bool:
+        """True if a sampler period of 1/rate_hz is too long to unwrap the byte counters in the tick.
+
+        The bound uses each device's link peak (the fastest known link where it is unknown) and
+        keeps TICK_WRAP_HEADROOM for late ticks.
+        """
+        if self._counters is None:
+            return False
+        return any(peak / rate_hz >= TICK_WRAP_HEADROOM * COUNTER_WRAP for peak in self._counters._peak.values())
+
+    def set_rate_hz(self, rate_hz: float) -> None:
+        """The sampler's rate: with pcie_poll_hz=None, start a poller thread if it is too slow."""
+        if (self._counters is None or self._poll_hz is not None or self._counters.running
+                or not self.needs_pcie_thread(rate_hz)):
+            return
+        self.notes.append(f"PCIe byte counters polled at {DEFAULT_POLL_HZ:g} Hz in a thread: a {rate_hz:g} Hz "
+                          "sampler is too slow to unwrap them at this link's peak")
+        self._set_pcie_thread(True)
+
     # -- reading -----------------------------------------------------------------------------
     def reset(self) -> None:
         """Start PCIe rates from now: the first read covers one sampling period."""
         for d in self.devices:
+            if d.tick_pcie and d.tick is not None:  # counters read in the tick: take a fresh base
+                try:
+                    fvs = d.tick.read()
+                    i = 1 if d.power_field else 0
+                    self._counters.rebase(d.key, (fvs[i], fvs[i + 1]))
+                except Exception:  # noqa: BLE001 - the first interval will then read as missing
+                    pass
             if self._counters is not None:
                 self._prev_pcie[d.key] = self._counters.snapshot(d.key)
             if self._throughput is not None and d.key in self._throughput._devices:
@@ -484,21 +614,38 @@ class NvmlSource(Source):
     def read(self) -> Values:
         out: Values = {}
         for d in self.devices:
-            for fn in d.readers.values():
+            for fn, keys in d.readers:
                 try:
                     values = fn(d.handle)
                 except Exception:  # noqa: BLE001 - a failed read is a missing sample, not a 0
                     continue
-                for s, v in values.items():
-                    out[f"{d.key}.{s}"] = v
+                out.update(zip(keys, values))
+            if d.tick is not None:
+                self._read_tick(d, out)
             for s, v in self._pcie_rates(d.key).items():
                 out[f"{d.key}.{s}"] = v
+        if self._counters is not None and self.devices[0].tick_pcie:
+            self._counters.polls += 1
         # Current link generation drops when idle; note the highest seen, about once a second.
         now = self._clock()
         if now - self._link_refresh_t >= 1.0:
             self._link_refresh_t = now
             self._refresh_link()
         return out
+
+    def _read_tick(self, d: _Device, out: Values) -> None:
+        """The tick's single field-values call: instant power and/or the PCIe byte counters."""
+        try:
+            fvs = d.tick.read()
+        except Exception:  # noqa: BLE001 - missing power sample; the PCIe rate reads as missing
+            return
+        i = 0
+        if d.power_field:
+            mw = field_value(fvs[0])
+            out[f"{d.key}.power_w"] = None if mw is None else mw / 1000.0
+            i = 1
+        if d.tick_pcie:
+            self._counters.ingest(d.key, (fvs[i], fvs[i + 1]))
 
     def _refresh_link(self) -> None:
         for d in self.devices:

@@ -148,6 +148,7 @@ class TelemetrySampler:
             self.path = str(self._stream_path)
         for src in self.sources:
             try:
+                src.set_rate_hz(self.rate_hz)
                 src.reset()
             except Exception as exc:  # noqa: BLE001
                 self.read_errors[src.name] = f"reset(): {exc}"
@@ -352,8 +353,11 @@ def devices_from_static(static: dict[str, Any]) -> list[TelemetryDevice]:
 
 
 def open_sources(device_kind: str, device_index: int | None = 0, include_host: bool = True,
-                 pcie_poll_hz: float = 50.0, pcie_mode: str = "auto") -> list[Source]:
+                 pcie_poll_hz: float | None = None, pcie_mode: str = "auto") -> list[Source]:
     """The telemetry sources for a backend, each either open or an UnavailableSource with the reason.
+
+    pcie_poll_hz: None reads NVIDIA's PCIe byte counters in the sampler's tick when its rate
+    allows (else a 50 Hz poller thread); a number forces a poller thread at that rate.
 
     cuda: NVML. musa: pymtml if importable and initialisable, else the mthreads-gmi CLI.
     Always psutil for the host (unless include_host=False). device_index=None: every device.
