@@ -3,6 +3,7 @@
     python bench/telemetry_cost.py [--out DIR] [--seconds N] [--rates 20,50] [--no-gpu] [--pcie-poll-hz HZ]
     python bench/telemetry_cost.py --pcie-demo --out DIR [--pcie-mode auto|counters|throughput]
     python bench/telemetry_cost.py --fake-nvml [--fake-call-us 20] --seconds 10   # no GPU needed
+    ... [--slow-hz 5]   # slow series (NVML util/memory/clock/reasons, psutil) rate; 0 = every tick
 
 --pcie-poll-hz 50 forces the PCIe byte counters into their own 50 Hz thread (the design before
 issue 4's fix); the default reads them in the sampler's tick. --compare-poller runs the CPU part
@@ -145,11 +146,12 @@ class SpinNvml:
 def make_sources(kind: str, pcie_poll_hz: float | None, fake_call_us: float | None = None) -> list:
     """The sources the bench measures: the real ones, or NVML replaced by SpinNvml."""
     if fake_call_us is None:
-        return open_sources(kind, 0, pcie_poll_hz=pcie_poll_hz)
+        return open_sources(kind, 0, pcie_poll_hz=pcie_poll_hz, pcie_mode=PCIE_MODE, slow_hz=SLOW_HZ)
     from gcdoctor.telemetry.host import HostSource
     from gcdoctor.telemetry.nvml import NvmlSource
 
-    return [NvmlSource(0, nvml=SpinNvml(fake_call_us), pcie_poll_hz=pcie_poll_hz), HostSource()]
+    return [NvmlSource(0, nvml=SpinNvml(fake_call_us), pcie_poll_hz=pcie_poll_hz, slow_hz=SLOW_HZ),
+            HostSource(slow_hz=SLOW_HZ)]
 
 
 def thread_user_sys_s() -> dict[str, tuple[float, float]]:
@@ -223,6 +225,10 @@ def read_cost_us(kind: str, reads: int = 200, pcie_poll_hz: float | None = None,
         out[src.name] = round(statistics.median(times), 1)
         src.close()
     return out
+
+
+PCIE_MODE = "auto"  # set from --pcie-mode for the CPU-cost part too
+SLOW_HZ: float | None = 5.0  # set from --slow-hz (0 on the command line: every tick)
 
 
 def cpu_cost(kind: str, rate_hz: float, seconds: float, events_path: Path | None = None,
@@ -403,9 +409,14 @@ def main() -> None:
     ap.add_argument("--fake-nvml", action="store_true", help="NVML stand-in spinning --fake-call-us per call")
     ap.add_argument("--fake-call-us", type=float, default=20.0,
                     help="CPU per fake NVML call (H200: 5 calls of the sampler's read took 106 us)")
+    ap.add_argument("--slow-hz", type=float, default=5.0,
+                    help="rate of the slow series (NVML util/memory/clock/reasons, psutil); 0: every tick")
     ap.add_argument("--copy-mib", type=int, default=1024)
     ap.add_argument("--phase-seconds", type=float, default=2.0)
     args = ap.parse_args()
+    global PCIE_MODE, SLOW_HZ
+    PCIE_MODE = args.pcie_mode
+    SLOW_HZ = args.slow_hz or None
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
     result: dict = {"machine": machine(), "argv": sys.argv[1:]}

@@ -36,6 +36,22 @@ HOST_SERIES = (
 Values = dict[str, "float | None"]
 
 
+SLOW_NOTE_PREFIX = "slow series"
+
+
+def slow_every(rate_hz: float, slow_hz: float | None) -> int:
+    """Read the slow series every Nth tick: N = round(rate_hz / slow_hz), at least 1."""
+    if slow_hz is None or rate_hz <= slow_hz:
+        return 1
+    return max(1, round(rate_hz / slow_hz))
+
+
+def slow_note(series: list[str], rate_hz: float, every: int) -> str:
+    """The facts note saying which series have the coarser resolution."""
+    return (f"{SLOW_NOTE_PREFIX} read at {rate_hz / every:g} Hz (one sample in {every} at {rate_hz:g} Hz), "
+            f"the last value repeated in between: {', '.join(series)}")
+
+
 class SourceUnavailable(Exception):
     """A source cannot open; the message is the reason shown to the user (one line)."""
 

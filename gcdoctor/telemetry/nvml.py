@@ -20,6 +20,12 @@ and meanings of the counters (REFERENCES.md section 6, NVML API reference):
   `nvmlDeviceGetPowerUsage`, which is a 1 s average on recent GPUs (Ampere and newer).
 - Throttle: `nvmlDeviceGetCurrentClocksEventReasons` (older drivers/bindings: ...ThrottleReasons).
 
+Slow series (issue 4): utilisation, memory, SM clock, throttle reasons and the averaged power
+usage are read every Nth tick only (`slow_hz`, 5 Hz by default: every 4th tick at 20 Hz) and held
+in between. NVML's utilisation is itself a share of a 1/6 s to 1 s period (REFERENCES.md
+section 6), so reading it at 20 Hz only repeated values; memory and clocks change slowly. The
+PCIe byte counters and the instant power stay in every tick (the counters must be unwrapped).
+
 NVML is thread-safe (NVML API reference, "Initialization and Cleanup"), so the sampler and
 the PCIe poller may call it at the same time.
 
@@ -37,7 +43,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from gcdoctor.telemetry.base import (
-    DEVICE_SERIES, Source, SourceUnavailable, Values, visible_device_map,
+    DEVICE_SERIES, SLOW_NOTE_PREFIX, Source, SourceUnavailable, Values, slow_every, slow_note,
+    visible_device_map,
 )
 from gcdoctor.telemetry.pcie import FASTEST_KNOWN_LINK_GBS, link_peak_gbs
 
@@ -323,14 +330,25 @@ class NvmlSource(Source):
     unless the sampler announces a rate too slow to unwrap them (`set_rate_hz`), in which case a
     poller thread runs at 50 Hz; a number > 0 always uses a poller thread at that rate; 0 never
     does (intervals too long to unwrap then read as missing).
+    slow_hz: rate of the slow series (utilisation, memory, SM clock, throttle reasons, averaged
+    power): read every round(rate/slow_hz)-th tick once the sampler tells its rate, the last
+    value held in between (None: read them at every tick). Until `set_rate_hz`, every read reads
+    everything.
     """
 
     name = "nvml"
 
     def __init__(self, device_index: int | None = 0, nvml: Any = None, pcie_poll_hz: float | None = None,
                  start_pollers: bool = True, clock: Callable[[], float] = time.monotonic,
-                 visible_env: str = "CUDA_VISIBLE_DEVICES", pcie_mode: str = "auto") -> None:
+                 visible_env: str = "CUDA_VISIBLE_DEVICES", pcie_mode: str = "auto",
+                 slow_hz: float | None = 5.0) -> None:
         super().__init__()
+        if slow_hz is not None and slow_hz <= 0:
+            raise ValueError("slow_hz must be None (every tick) or positive")
+        self._slow_hz = slow_hz
+        self._slow_every = 1  # read the slow series every Nth read(); set by set_rate_hz
+        self._reads = 0
+        self._held: Values = {}  # the slow series' last values, repeated between slow reads
         if pcie_mode not in ("auto", "counters", "throughput"):
             raise ValueError(f"pcie_mode {pcie_mode!r}: use auto, counters or throughput")
         self._pcie_mode = pcie_mode
@@ -557,7 +575,15 @@ class NvmlSource(Source):
         return any(peak / rate_hz >= TICK_WRAP_HEADROOM * COUNTER_WRAP for peak in self._counters._peak.values())
 
     def set_rate_hz(self, rate_hz: float) -> None:
-        """The sampler's rate: with pcie_poll_hz=None, start a poller thread if it is too slow."""
+        """The sampler's rate: how often to read the slow series, and, with pcie_poll_hz=None,
+        a poller thread if the sampler is too slow to unwrap the PCIe counters."""
+        self._slow_every = slow_every(rate_hz, self._slow_hz)
+        slow = [k for d in self.devices for _, keys in d.readers for k in keys]
+        self.notes = [n for n in self.notes if not n.startswith(SLOW_NOTE_PREFIX)]
+        if self._slow_every > 1 and slow:
+            self.notes.append(slow_note(slow, rate_hz, self._slow_every))
+        for d in self.devices:
+            d.static["slow_series_hz"] = rate_hz / self._slow_every
         if (self._counters is None or self._poll_hz is not None or self._counters.running
                 or not self.needs_pcie_thread(rate_hz)):
             return
@@ -567,7 +593,10 @@ class NvmlSource(Source):
 
     # -- reading -----------------------------------------------------------------------------
     def reset(self) -> None:
-        """Start PCIe rates from now: the first read covers one sampling period."""
+        """Start PCIe rates from now: the first read covers one sampling period, and reads the
+        slow series."""
+        self._reads = 0
+        self._held = {}
         for d in self.devices:
             if d.tick_pcie and d.tick is not None:  # counters read in the tick: take a fresh base
                 try:
@@ -612,14 +641,18 @@ class NvmlSource(Source):
         return out
 
     def read(self) -> Values:
-        out: Values = {}
+        held = self._held
+        if self._reads % self._slow_every == 0:
+            for d in self.devices:
+                for fn, keys in d.readers:
+                    try:
+                        held.update(zip(keys, fn(d.handle)))
+                    except Exception:  # noqa: BLE001 - a failed read is a missing sample, not a 0
+                        for k in keys:
+                            held.pop(k, None)
+        self._reads += 1
+        out: Values = dict(held)
         for d in self.devices:
-            for fn, keys in d.readers:
-                try:
-                    values = fn(d.handle)
-                except Exception:  # noqa: BLE001 - a failed read is a missing sample, not a 0
-                    continue
-                out.update(zip(keys, values))
             if d.tick is not None:
                 self._read_tick(d, out)
             for s, v in self._pcie_rates(d.key).items():

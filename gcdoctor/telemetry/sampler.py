@@ -353,11 +353,14 @@ def devices_from_static(static: dict[str, Any]) -> list[TelemetryDevice]:
 
 
 def open_sources(device_kind: str, device_index: int | None = 0, include_host: bool = True,
-                 pcie_poll_hz: float | None = None, pcie_mode: str = "auto") -> list[Source]:
+                 pcie_poll_hz: float | None = None, pcie_mode: str = "auto",
+                 slow_hz: float | None = 5.0) -> list[Source]:
     """The telemetry sources for a backend, each either open or an UnavailableSource with the reason.
 
     pcie_poll_hz: None reads NVIDIA's PCIe byte counters in the sampler's tick when its rate
     allows (else a 50 Hz poller thread); a number forces a poller thread at that rate.
+    slow_hz: rate of the slow series (NVML utilisation, memory, SM clock, throttle reasons; all
+    of psutil), read every round(rate/slow_hz)-th sample and held in between; None: every sample.
 
     cuda: NVML. musa: pymtml if importable and initialisable, else the mthreads-gmi CLI.
     Always psutil for the host (unless include_host=False). device_index=None: every device.
@@ -369,7 +372,8 @@ def open_sources(device_kind: str, device_index: int | None = 0, include_host: b
         from gcdoctor.telemetry.nvml import NvmlSource  # noqa: PLC0415
 
         try:
-            sources.append(NvmlSource(device_index, pcie_poll_hz=pcie_poll_hz, pcie_mode=pcie_mode))
+            sources.append(NvmlSource(device_index, pcie_poll_hz=pcie_poll_hz, pcie_mode=pcie_mode,
+                                      slow_hz=slow_hz))
         except SourceUnavailable as exc:
             sources.append(UnavailableSource("nvml", str(exc), missing))
     elif device_kind == "musa":
@@ -388,7 +392,7 @@ def open_sources(device_kind: str, device_index: int | None = 0, include_host: b
         from gcdoctor.telemetry.host import HostSource  # noqa: PLC0415
 
         try:
-            sources.append(HostSource())
+            sources.append(HostSource(slow_hz=slow_hz))
         except SourceUnavailable as exc:
             sources.append(UnavailableSource("psutil", str(exc), HOST_SERIES))
     return sources
