@@ -70,7 +70,15 @@ def test_window_takes_samples_after_start_up_to_and_including_end():
 
 def test_window_without_a_sample_is_empty_not_zero():
     s = run_samples([1.0, 2.0], [{"gpu0.util_pct": 5.0}, {"gpu0.util_pct": 7.0}])
-    assert s.summarize(1.2, 1.8)["gpu0.util_pct"] == SeriesSummary(mean=None, min=None, max=None, n=0)
+    assert s.summarize(1.2, 1.8, covering=False)["gpu0.util_pct"] == SeriesSummary(mean=None, min=None, max=None, n=0)
+    # nothing after the window yet: still empty, not zero
+    assert s.summarize(2.2, 2.8)["gpu0.util_pct"] == SeriesSummary(mean=None, min=None, max=None, n=0)
+
+
+def test_a_window_shorter_than_the_period_takes_the_sample_that_covers_it():
+    # the sample at t=2.0 describes (1.0, 2.0], which holds the whole window (1.2, 1.8]
+    s = run_samples([1.0, 2.0], [{"gpu0.util_pct": 5.0}, {"gpu0.util_pct": 7.0}])
+    assert s.summarize(1.2, 1.8)["gpu0.util_pct"] == SeriesSummary(mean=7.0, min=7.0, max=7.0, n=1)
 
 
 def test_bitmask_series_are_or_ed_over_a_window():

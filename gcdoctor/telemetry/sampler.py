@@ -207,15 +207,22 @@ class TelemetrySampler:
         self.stop()
 
     # -- reading back ------------------------------------------------------------------------
-    def summarize(self, t0: float, t1: float) -> dict[str, SeriesSummary]:
+    def summarize(self, t0: float, t1: float, covering: bool = True) -> dict[str, SeriesSummary]:
         """Mean, min, max and count of every measured series over the samples with t0 < t <= t1.
 
-        A series with no sample in the window has n == 0 and None statistics (a window
-        shorter than the sampling period may hold no sample at all).
+        A window shorter than the sampling period may hold no sample. With `covering` (the
+        default) it then takes the first sample after t1: a sample describes the period just
+        before its timestamp, so that one covers the window (waiting up to two periods for it if
+        the sampler runs). Without `covering`, or if no such sample comes, a series has n == 0 and
+        None statistics, never zeros.
         """
+        if covering:
+            self._wait_for_sample_after(t1)
         with self._lock:
             lo = bisect.bisect_right(self._t, t0)
             hi = bisect.bisect_right(self._t, t1)
+            if covering and hi == lo and hi < len(self._t):
+                hi = lo + 1
             out = {}
             for s, col in self._cols.items():
                 vals = [v for v in col[lo:hi] if not math.isnan(v)]
@@ -224,6 +231,17 @@ class TelemetrySampler:
                 else:
                     out[s] = SeriesSummary()
         return out
+
+    def _wait_for_sample_after(self, t1: float) -> None:
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            return
+        deadline = time.monotonic() + 2.0 / self.rate_hz
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self._t and self._t[-1] > t1:
+                    return
+            time.sleep(0.25 / self.rate_hz)
 
     def bitwise_or(self, series: str, t0: float, t1: float) -> int | None:
         """OR of an integer bitmask series (throttle reasons) over t0 < t <= t1; None if no sample."""
