@@ -307,10 +307,13 @@ class _DeepSpeedState:
         st = _deepspeed.cpu_adam_status()
         f = self.facts
         f.cpu_adam_prebuilt, f.cpu_adam_cached = st.prebuilt, st.cached
-        if self.ctx.backend.kind == "cpu" and not self.explicit and not (st.prebuilt or st.cached):
+        if self.ctx.backend.kind == "cpu" and not self.explicit:
+            # Even with CPU Adam compiled, ZeRO-2's engine set-up and CPU Adam steps took 45 s of a
+            # 75 s default CPU run (2-core machine, 2026-11-30): the default run must stay short.
             self._adam_why = (
-                "CPU default run: DeepSpeed's CPU Adam op is not compiled yet (a JIT C++ build, minutes on a small "
-                "host); run `gcdoctor diagnose --probes offload` once to build it, later default runs include it")
+                "CPU default run: the ZeRO-2 engine with DeepSpeed's CPU Adam is slow to build and run on a "
+                "small host" + ("" if (st.prebuilt or st.cached) else " (and its CPU Adam op is not compiled yet)")
+                + "; run `gcdoctor diagnose --probes offload` to include it")
             return self._adam_why
         if not (st.prebuilt or st.cached):
             self.ctx.log("offload: compiling DeepSpeed's CPU Adam op (first use; cached in the torch extensions "

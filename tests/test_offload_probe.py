@@ -126,7 +126,16 @@ def test_default_cpu_run_skips_zero2_while_cpu_adam_is_not_compiled(run, monkeyp
     ctx = SimpleNamespace(backend=SimpleNamespace(kind="cpu", index=0), facts=Facts(), log=lambda *a, **k: None)
     state = offload._DeepSpeedState(ctx, OffloadFacts(), explicit=False)
     assert "--probes offload" in state.skip_reason(offload.ZERO2)
+    assert "not compiled yet" in state.skip_reason(offload.ZERO2)
     assert state.skip_reason(offload.CKPT_CPU) is None
+
+
+def test_default_cpu_run_skips_zero2_even_when_cpu_adam_is_cached(run, monkeypatch):
+    monkeypatch.setattr(_deepspeed, "cpu_adam_status", lambda: _deepspeed.OpStatus(prebuilt=False, cached=True))
+    ctx = SimpleNamespace(backend=SimpleNamespace(kind="cpu", index=0), facts=Facts(), log=lambda *a, **k: None)
+    state = offload._DeepSpeedState(ctx, OffloadFacts(), explicit=False)
+    reason = state.skip_reason(offload.ZERO2)
+    assert "--probes offload" in reason and "not compiled" not in reason
 
 
 def test_without_deepspeed_the_torch_variants_still_run(tmp_path, monkeypatch):
