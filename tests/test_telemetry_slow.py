@@ -144,3 +144,21 @@ def test_a_failed_slow_read_is_missing_until_the_next_slow_read_not_the_stale_va
     nv.set_rate_hz(10)  # slow every 2nd tick
     nv.reset()
     assert [nv.read().get("gpu0.util_pct") for _ in range(6)] == [1.0, 1.0, None, None, 3.0, 3.0]
+
+
+def test_host_keeps_reading_every_tick_until_cpu_shares_exist():
+    # a tick right after reset() has no interval for CPU shares: it must not be held for 4 ticks
+    clock = Clock()
+    ps = CountingPsutil(8)
+    host = HostSource(psutil_module=ps, pid=12345, clock=clock)
+    host.set_rate_hz(20)
+    host.reset()
+    first = host.read()  # 0 s after reset: no shares yet
+    assert "cpu_pct" not in first and "proc_cpu_pct" not in first
+    clock.t += 0.05
+    second = host.read()  # tick 1 is not a slow tick, but nothing usable is held: read again
+    assert second["cpu_pct"] == 50.0 and "proc_cpu_pct" in second
+    clock.t += 0.05
+    reads = ps.cpu_reads
+    assert host.read()["cpu_pct"] == 50.0  # now held until the next slow tick
+    assert ps.cpu_reads == reads

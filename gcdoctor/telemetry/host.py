@@ -103,7 +103,9 @@ class HostSource(Source):
     MIN_INTERVAL_S = 0.02
 
     def read(self) -> Values:
-        if self._reads % self._slow_every:
+        # hold values between slow reads, but not before the CPU shares exist: the read right
+        # after reset() has no interval to measure them over
+        if self._reads % self._slow_every and "proc_cpu_pct" in self._held:
             self._reads += 1
             return dict(self._held)
         self._reads += 1
