@@ -6,7 +6,7 @@ export PYTHONUNBUFFERED=1 PYTHONSAFEPATH=1
 mkdir -p /tmp/site
 wheels=$(ls .whl/*.whl | grep -v -e plotly -e traceinsight -e pydot)
 [ "${WITH_HTA:-0}" = 1 ] && wheels="$wheels $(ls .whl/plotly-*.whl .whl/traceinsight-*.whl .whl/pydot-*.whl)"
-ms=$(ls .whl/trace-bench/msgspec-*cp312*.whl 2>/dev/null || true)
+ms=""
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels $ms
 export PYTHONPATH=/tmp/site
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site . >/dev/null
