@@ -172,9 +172,8 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         from gcdoctor.console import ConsolePrinter
         bus.subscribe(ConsolePrinter(verbose=args.verbose))
         verdicts = session.run()
-    report = session.rundir.path / ("report.html" if (session.rundir.path / "report.html").exists() else "report.md")
     print()
-    print(summary(session.facts, verdicts, str(report)))
+    print(summary(session.facts, verdicts, str(session.report_path)))
     return 130 if session.facts.settings.interrupted else _exit_code(verdicts, args.fail_on)
 
 

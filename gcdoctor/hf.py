@@ -20,9 +20,8 @@ class GcdoctorCallback(TrainerCallback):
         self.watcher: Watcher | None = None
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs: Any):
-        tokens = None
         self.watcher = Watcher(model, optimizer, self.out, profile_steps=self.profile_steps,
-                               telemetry_hz=self.telemetry_hz, sync=self.sync, tokens_per_step=tokens).start()
+                               telemetry_hz=self.telemetry_hz, sync=self.sync).start()
 
     def on_step_begin(self, args, state, control, **kwargs: Any):
         if self.watcher is not None:

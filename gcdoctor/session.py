@@ -248,6 +248,7 @@ class Session:
             vocab_size=s.vocab_size, n_params=s.param_count(), dtype=self.resolved.dtype, attn_implementation="sdpa")
         self.sampler = None
         self.verdicts: list[Verdict] = []
+        self.report_path = None  # set when the run has written its reports
         self._issued: dict[tuple[str, str], tuple[str, str]] = {}
         self._facts_lock = threading.Lock()
 
@@ -367,7 +368,7 @@ class Session:
         st.interrupted, st.error = interrupted, error
         self.save_facts()
         self.judge()
-        report = write_reports(self.rundir.path, self.facts, self.verdicts)
+        report = self.report_path = write_reports(self.rundir.path, self.facts, self.verdicts)
         counts: dict[str, int] = {}
         for v in self.verdicts:
             counts[v.severity] = counts.get(v.severity, 0) + 1

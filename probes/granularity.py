@@ -124,7 +124,7 @@ class GranularityProbe:
                 census = RegionCensus()
                 undo = apply_model_variant(model, variant, census)
                 try:
-                    row = self._measure(ctx, group, variant, baseline, description, census, steps, lambda: _CensusStep(
+                    self._measure(ctx, group, variant, baseline, description, census, steps, lambda: _CensusStep(
                         census, model, ctx.backend, cfg.probe_batch, ctx.seq_len, cfg.optimizer, cfg.seed), spec=spec)
                 finally:
                     undo()

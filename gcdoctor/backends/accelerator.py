@@ -3,8 +3,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from gcdoctor.backends.base import Backend
 
 
