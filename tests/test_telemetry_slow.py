@@ -81,8 +81,8 @@ class Clock:
         return self.t
 
 
-def test_slow_series_are_read_every_4th_tick_at_20_hz_and_held_in_between():
-    ticks = 9
+def test_slow_series_every_4th_tick_memory_every_20th_at_20_hz_held_in_between():
+    ticks = 21
     polls = [(1_000_000 + 50_000 * n, 0, 1_000_000 * n) for n in range(ticks + 2)]  # open, reset, ticks
     nvml = CountingNvml(pcie_counters=polls)
     clock = Clock()
@@ -105,19 +105,26 @@ def test_slow_series_are_read_every_4th_tick_at_20_hz_and_held_in_between():
         cpu_pct.append(v["cpu_pct"])
         slow_calls.append(len(nvml.calls))
     assert nvml.field_calls == [[186, 197, 198]] * ticks  # power and PCIe: every tick
-    assert slow_calls == [4, 4, 4, 4, 8, 8, 8, 8, 12]  # the four slow NVML calls on ticks 0, 4, 8
+    # four slow NVML calls on tick 0 and 20 (memory included), three on ticks 4, 8, 12, 16
+    assert slow_calls == [4] * 4 + [7] * 4 + [10] * 4 + [13] * 4 + [16] * 4 + [20]
     assert nvml.calls[:4] == SLOW_NVML
-    assert ps.cpu_reads - cpu_reads_before == 3  # psutil on ticks 0, 4, 8
+    assert nvml.calls[4:7] == [c for c in SLOW_NVML if c != "nvmlDeviceGetMemoryInfo"]
+    assert ps.cpu_reads - cpu_reads_before == 6  # CPU times on ticks 0, 4, 8, 12, 16, 20
     u0 = util_before + 1
-    assert util == [u0] * 4 + [u0 + 1] * 4 + [u0 + 2]  # held: what the last slow read returned
-    assert rss == [1001.0] * 4 + [1002.0] * 4 + [1003.0]
+    assert util == [u0 + k for k in range(5) for _ in range(4)] + [u0 + 5]  # held: the last slow read
+    assert rss == [1001.0] * 20 + [1002.0]  # memory_info on ticks 0 and 20
     assert cpu_pct == [50.0] * ticks
     assert v["gpu0.pcie_rx_gbs"] == pytest.approx(0.02)  # 1 MB in 50 ms, fresh on every tick
     notes = sampler.facts().notes
     assert any(n.startswith("slow series read at 5 Hz (one sample in 4 at 20 Hz)") and "gpu0.util_pct" in n
+               and "gpu0.mem_used_bytes" not in n for n in notes)
+    assert any(n.startswith("slow series read at 5 Hz") and "cpu_pct" in n and "proc_rss_bytes" not in n
                for n in notes)
-    assert any(n.startswith("slow series read at 5 Hz") and "proc_rss_bytes" in n for n in notes)
+    assert any(n.startswith("slow series read at 1 Hz (one sample in 20 at 20 Hz)") and "gpu0.mem_used_bytes" in n
+               for n in notes)
+    assert any(n.startswith("slow series read at 1 Hz") and "proc_rss_bytes" in n for n in notes)
     assert nv.static()["gpu0.slow_series_hz"] == 5.0 and host.static()["host.slow_series_hz"] == 5.0
+    assert nv.static()["gpu0.memory_series_hz"] == 1.0 and host.static()["host.memory_series_hz"] == 1.0
 
 
 def test_slow_hz_none_reads_everything_every_tick():
@@ -153,12 +160,16 @@ def test_host_keeps_reading_every_tick_until_cpu_shares_exist():
     host = HostSource(psutil_module=ps, pid=12345, clock=clock)
     host.set_rate_hz(20)
     host.reset()
-    first = host.read()  # 0 s after reset: no shares yet
+    first = host.read()  # 0 s after reset: no shares yet, missing rather than 0
     assert "cpu_pct" not in first and "proc_cpu_pct" not in first
     clock.t += 0.05
     second = host.read()  # tick 1 is not a slow tick, but nothing usable is held: read again
     assert second["cpu_pct"] == 50.0 and "proc_cpu_pct" in second
-    clock.t += 0.05
     reads = ps.cpu_reads
-    assert host.read()["cpu_pct"] == 50.0  # now held until the next slow tick
+    for _ in range(2):
+        clock.t += 0.05
+        assert host.read()["cpu_pct"] == 50.0  # now held until the next slow tick (4)
     assert ps.cpu_reads == reads
+    clock.t += 0.05
+    host.read()
+    assert ps.cpu_reads == reads + 1

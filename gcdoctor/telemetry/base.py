@@ -37,6 +37,9 @@ Values = dict[str, "float | None"]
 
 
 SLOW_NOTE_PREFIX = "slow series"
+# Device and host memory use change slowly and cost the most to read (NVML memory info ~0.12 ms,
+# psutil's /proc/meminfo parse): they are read at this rate when the slow series are.
+MEMORY_HZ = 1.0
 
 
 def slow_every(rate_hz: float, slow_hz: float | None) -> int:
@@ -44,6 +47,15 @@ def slow_every(rate_hz: float, slow_hz: float | None) -> int:
     if slow_hz is None or rate_hz <= slow_hz:
         return 1
     return max(1, round(rate_hz / slow_hz))
+
+
+def memory_every(rate_hz: float, slow_hz: float | None) -> int:
+    """Read the memory series every Nth tick: a multiple of slow_every, about MEMORY_HZ (never
+    more often than the slow series; every tick when slow_hz is None)."""
+    every = slow_every(rate_hz, slow_hz)
+    if slow_hz is None:
+        return every
+    return every * max(1, round(min(slow_hz, rate_hz) / MEMORY_HZ))
 
 
 def slow_note(series: list[str], rate_hz: float, every: int) -> str:
@@ -72,7 +84,19 @@ class Source:
         self.unavailable: dict[str, str] = {}
         self.notes: list[str] = []
 
-    def read(self) -> Values:
+    def capture(self) -> Any:
+        """What this tick must take from the device or OS, now, with as little work as possible.
+
+        The sampler calls it at every tick and hands the result to `read(captured)` later, in a
+        batch (issue 4: decoding at the tick, with the caches cold from sleeping, cost several
+        times more). Everything that depends on *when* it is read belongs here, so read(captured)
+        is a function of the captures, in order. The default reads every value now (a dict);
+        sources with raw counters (NVML, psutil) override it with a cheaper raw capture.
+        """
+        return self.read()
+
+    def read(self, captured: Any = None) -> Values:
+        """The values of one tick from what capture() took then (None: capture now)."""
         raise NotImplementedError
 
     def set_rate_hz(self, rate_hz: float) -> None:
@@ -110,7 +134,7 @@ class UnavailableSource(Source):
         self.reason = reason
         self.unavailable = {s: reason for s in series}
 
-    def read(self) -> Values:
+    def read(self, captured: Any = None) -> Values:
         return {}
 
     def processes(self) -> list[dict[str, Any]]:

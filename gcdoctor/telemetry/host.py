@@ -10,10 +10,13 @@ one tick is 20/N points of a per-core share, so single samples are coarse and wi
 what to read. This process's CPU time comes from `time.process_time()` (nanosecond clock of the
 whole process) when watching ourselves, which has no such granularity.
 
-The source reads psutil at `slow_hz` (5 Hz by default: every 4th tick of a 20 Hz sampler) and
-repeats the last values in between (issue 4: a psutil read costs ~0.14 ms of CPU on the H200
-host). CPU shares over 200 ms windows still show a core saturated during an optimizer step of
-hundreds of ms; RSS and host memory change slowly.
+The source reads the CPU times at `slow_hz` (5 Hz by default: every 4th tick of a 20 Hz
+sampler) and the memory figures (RSS, host memory) at about 1 Hz, repeating the last values in
+between (issue 4: a full psutil read costs ~0.14 ms of CPU on the H200 host, half of it the
+/proc/meminfo parse). CPU shares over 200 ms windows still show a core saturated during an
+optimizer step of hundreds of ms; RSS and host memory change slowly. A read right after
+`reset` has no interval to measure CPU shares over: they are missing there (never 0), and every
+read tries again until they exist (the sampler's second tick), then only the slow ticks.
 """
 from __future__ import annotations
 
@@ -22,8 +25,12 @@ import time
 from typing import Any, Callable
 
 from gcdoctor.telemetry.base import (
-    HOST_SERIES, SLOW_NOTE_PREFIX, Source, SourceUnavailable, Values, slow_every, slow_note,
+    HOST_SERIES, SLOW_NOTE_PREFIX, Source, SourceUnavailable, Values, memory_every, slow_every, slow_note,
 )
+
+_CPU_SERIES = ("cpu_pct", "cpu_max_core_pct", "cpu_iowait_pct", "proc_cpu_pct")
+_NOTHING = (None, None)  # the capture of a tick with nothing due
+_MEMORY_SERIES = ("proc_rss_bytes", "host_mem_used_bytes")
 
 
 def _busy_total(times: Any) -> tuple[float, float, float]:
@@ -55,7 +62,8 @@ class HostSource(Source):
         if slow_hz is not None and slow_hz <= 0:
             raise ValueError("slow_hz must be None (every tick) or positive")
         self._slow_hz = slow_hz
-        self._slow_every = 1  # read psutil every Nth read(); set by set_rate_hz
+        self._slow_every = 1  # read the CPU times every Nth read(); set by set_rate_hz
+        self._mem_every = 1  # read RSS and host memory every Nth read()
         self._reads = 0
         self._held: Values = {}
         if psutil_module is None:
@@ -79,19 +87,24 @@ class HostSource(Source):
         self.reset()
 
     def set_rate_hz(self, rate_hz: float) -> None:
-        """Read psutil every round(rate_hz / slow_hz)-th tick, holding the values in between."""
-        self._slow_every = slow_every(rate_hz, self._slow_hz)
+        """Read the CPU times every round(rate_hz / slow_hz)-th tick and the memory figures about
+        once a second, holding the values in between."""
+        self._slow_every = self.slow_every = slow_every(rate_hz, self._slow_hz)
+        self._mem_every = memory_every(rate_hz, self._slow_hz)
         self._rate_hz = rate_hz
         self.notes = [n for n in self.notes if not n.startswith(SLOW_NOTE_PREFIX)]
         if self._slow_every > 1:
-            self.notes.append(slow_note(self.series, rate_hz, self._slow_every))
+            self.notes.append(slow_note([s for s in self.series if s in _CPU_SERIES], rate_hz, self._slow_every))
+        if self._mem_every > 1:
+            self.notes.append(slow_note(list(_MEMORY_SERIES), rate_hz, self._mem_every))
 
     def reset(self) -> None:
         self._reads = 0
         self._held = {}
+        self._cpu_pending = True  # no CPU share yet: try at every read until one exists
         self._prev_cpu = [_busy_total(t) for t in self._ps.cpu_times(percpu=True)]
         self._prev_proc = self._proc_seconds()
-        self._prev_t = self._clock()
+        self._prev_t = self._cap_t = self._clock()
 
     def _proc_seconds(self) -> float:
         if self._self:
@@ -102,30 +115,44 @@ class HostSource(Source):
     # Below this interval the CPU-tick counters cannot give a share (a read right after reset).
     MIN_INTERVAL_S = 0.02
 
-    def read(self) -> Values:
-        # hold values between slow reads, but not before the CPU shares exist: the read right
-        # after reset() has no interval to measure them over
-        if self._reads % self._slow_every and "proc_cpu_pct" in self._held:
-            self._reads += 1
-            return dict(self._held)
-        self._reads += 1
-        self._held = self._read_now()
-        return dict(self._held)
+    def capture(self) -> tuple[Any, Any]:
+        """The raw psutil reads this tick is due: CPU times on slow ticks (and until a first share
+        exists), memory about once a second. (None, None) on the other ticks."""
+        i = self._reads
+        self._reads = i + 1
+        if i % self._slow_every and i % self._mem_every and not self._cpu_pending:
+            return _NOTHING
+        cpu = mem = None
+        if i % self._slow_every == 0 or self._cpu_pending:
+            now = self._clock()
+            if now - self._cap_t >= self.MIN_INTERVAL_S:
+                self._cpu_pending = False
+                self._cap_t = now
+                cpu = (now, self._ps.cpu_times(percpu=True), self._proc_seconds())
+        if i % self._mem_every == 0:
+            # rss from memory_info() is one small /proc read (~0.02 ms); memory_full_info() costs ~2 ms.
+            mem = (self._proc.memory_info().rss, self._ps.virtual_memory())
+        return cpu, mem
 
-    def _read_now(self) -> Values:
-        now = self._clock()
-        out: Values = {}
-        if now - self._prev_t >= self.MIN_INTERVAL_S:
-            out.update(self._cpu_shares(now))
-        # rss from memory_info() is one small /proc read (~0.02 ms); memory_full_info() costs ~2 ms.
-        out["proc_rss_bytes"] = float(self._proc.memory_info().rss)
-        vm = self._ps.virtual_memory()
-        out["host_mem_used_bytes"] = float(vm.total - vm.available)
-        return out
+    def read(self, captured: Any = None) -> Values:
+        """Held values, refreshed by the captures of this source's slow ticks (CPU) and memory ticks."""
+        cpu, mem = self.capture() if captured is None else captured
+        held = self._held
+        if cpu is not None:
+            now, per_cpu, proc = cpu
+            fresh = self._cpu_shares(now, [_busy_total(t) for t in per_cpu], proc)
+            for k in _CPU_SERIES:  # a share this read could not give is missing, not stale
+                if k in fresh:
+                    held[k] = fresh[k]
+                else:
+                    held.pop(k, None)
+        if mem is not None:
+            rss, vm = mem
+            held["proc_rss_bytes"] = float(rss)
+            held["host_mem_used_bytes"] = float(vm.total - vm.available)
+        return dict(held)
 
-    def _cpu_shares(self, now: float) -> Values:
-        per_cpu = [_busy_total(t) for t in self._ps.cpu_times(percpu=True)]
-        proc = self._proc_seconds()
+    def _cpu_shares(self, now: float, per_cpu: list[tuple[float, float, float]], proc: float) -> Values:
         out: Values = {}
         if len(per_cpu) == len(self._prev_cpu):  # CPU hotplug changes the count: skip one sample
             d_busy = d_total = d_iowait = 0.0
@@ -152,4 +179,5 @@ class HostSource(Source):
         out = {"host.cpu_count": self._cpu_count, "host.mem_total_bytes": vm.total}
         if hasattr(self, "_rate_hz"):
             out["host.slow_series_hz"] = self._rate_hz / self._slow_every
+            out["host.memory_series_hz"] = self._rate_hz / self._mem_every
         return out

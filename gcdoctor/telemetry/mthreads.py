@@ -240,7 +240,7 @@ class MthreadsGmiSource(Source):
     def cpu_seconds(self) -> float:
         return getattr(self, "_cpu_s", 0.0)
 
-    def read(self) -> Values:
+    def read(self, captured: Any = None) -> Values:
         with self._lock:
             table, t = self._latest, self._latest_t
         if self._clock() - t > 3 * self._interval:
@@ -377,7 +377,7 @@ class PymtmlSource(Source):
                                                      static.get("pcie_link_width_max"))
         self._static.update({f"{key}.{k}": v for k, v in static.items()})
 
-    def read(self) -> Values:
+    def read(self, captured: Any = None) -> Values:
         out: Values = {}
         for key, h in self._handles:
             for series, fn in self._readers[key].items():

@@ -20,11 +20,14 @@ and meanings of the counters (REFERENCES.md section 6, NVML API reference):
   `nvmlDeviceGetPowerUsage`, which is a 1 s average on recent GPUs (Ampere and newer).
 - Throttle: `nvmlDeviceGetCurrentClocksEventReasons` (older drivers/bindings: ...ThrottleReasons).
 
-Slow series (issue 4): utilisation, memory, SM clock, throttle reasons and the averaged power
-usage are read every Nth tick only (`slow_hz`, 5 Hz by default: every 4th tick at 20 Hz) and held
-in between. NVML's utilisation is itself a share of a 1/6 s to 1 s period (REFERENCES.md
-section 6), so reading it at 20 Hz only repeated values; memory and clocks change slowly. The
-PCIe byte counters and the instant power stay in every tick (the counters must be unwrapped).
+Slow series (issue 4): utilisation, SM clock, throttle reasons and the averaged power usage are
+read every Nth tick only (`slow_hz`, 5 Hz by default: every 4th tick at 20 Hz), memory used about
+once a second, and held in between. NVML's utilisation is itself a share of a 1/6 s to 1 s period
+(REFERENCES.md section 6), so reading it at 20 Hz only repeated values; memory and clocks change
+slowly. The PCIe byte counters and the instant power stay in every tick (the counters must be
+unwrapped): `capture()` makes that one field-values call and copies its bytes (plus the slow
+calls on their ticks); decoding, unwrapping the counters and computing rates happen in
+`read(captured)`, which the sampler runs later, in a batch.
 
 NVML is thread-safe (NVML API reference, "Initialization and Cleanup"), so the sampler and
 the PCIe poller may call it at the same time.
@@ -43,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from gcdoctor.telemetry.base import (
-    DEVICE_SERIES, SLOW_NOTE_PREFIX, Source, SourceUnavailable, Values, slow_every, slow_note,
+    DEVICE_SERIES, SLOW_NOTE_PREFIX, Source, SourceUnavailable, Values, memory_every, slow_every, slow_note,
     visible_device_map,
 )
 from gcdoctor.telemetry.pcie import FASTEST_KNOWN_LINK_GBS, link_peak_gbs
@@ -92,6 +95,9 @@ class FieldReader:
     through a try/except per id, on each call). With any other module (a test stand-in, an
     older binding) it calls `module.nvmlDeviceGetFieldValues(handle, ids)`. The returned array
     is reused: read its values before the next `read()`, in the same thread.
+
+    `capture()` is the sampler's tick: the call plus a copy of the array's bytes, nothing else;
+    `decode(raw)` turns that copy back into field values later, off the tick.
     """
 
     def __init__(self, nvml: Any, handle: Any, ids: list[int]) -> None:
@@ -104,7 +110,8 @@ class FieldReader:
         if struct is None or get_fn is None or not self.ids:
             return
         try:
-            self._arr = (struct * len(self.ids))()
+            self._type = struct * len(self.ids)
+            self._arr = self._type()
             for i, field_id in enumerate(self.ids):
                 self._arr[i].fieldId = field_id
             self._n = ctypes.c_int32(len(self.ids))
@@ -123,6 +130,22 @@ class FieldReader:
         if ret != 0:
             raise self._nvml.NVMLError(ret)
         return self._arr
+
+    def capture(self) -> Any:
+        """read(), keeping only a copy of the result (bytes of the array, or the binding's list)."""
+        if self._fn is None:
+            return self._nvml.nvmlDeviceGetFieldValues(self._handle, self.ids)
+        arr = self._arr
+        ret = self._fn(self._handle, self._n, arr)
+        if ret != 0:
+            raise self._nvml.NVMLError(ret)
+        return bytes(arr)  # a copy of the array's memory
+
+    def decode(self, raw: Any) -> Any:
+        """The field values of a capture()."""
+        if isinstance(raw, bytes):
+            return self._type.from_buffer_copy(raw)
+        return raw
 
 
 @dataclass
@@ -177,9 +200,12 @@ class PcieCounterPoller:
             self.ingest(key, values)
         self.polls += 1
 
-    def ingest(self, key: str, values: Any) -> None:
-        """Take one device's [TX, RX] field values (a poll, a sampler tick, or the probe at open)."""
-        now = self._clock()
+    def ingest(self, key: str, values: Any, now: float | None = None) -> None:
+        """Take one device's [TX, RX] field values (a poll, a sampler tick, or the probe at open).
+
+        now: when they were read (monotonic), used where NVML gives no timestamp; default: now."""
+        if now is None:
+            now = self._clock()
         peak = self._peak[key]
         with self._lock:
             for direction, fv in zip(("tx", "rx"), values):
@@ -306,13 +332,17 @@ class PcieThroughputPoller:
 Reader = Callable[[Any], tuple]  # handle -> values, in the order of its series keys
 
 
+def _none() -> None:
+    return None
+
+
 @dataclass
 class _Device:
     key: str
     handle: Any
     index: int | None
     static: dict[str, Any]
-    readers: list[tuple[Reader, tuple[str, ...]]]  # (reader, full series names) per call
+    readers: list[tuple[Reader, tuple[str, ...], bool]]  # (reader, full series names, memory?) per call
     power_field: bool = False  # power from field 186, read in the tick's field-values call
     tick: FieldReader | None = None  # the one field-values call of each tick (power, PCIe)
     tick_pcie: bool = False  # the tick's call also reads the PCIe byte counters 197/198
@@ -347,6 +377,7 @@ class NvmlSource(Source):
             raise ValueError("slow_hz must be None (every tick) or positive")
         self._slow_hz = slow_hz
         self._slow_every = 1  # read the slow series every Nth read(); set by set_rate_hz
+        self._mem_every = 1  # read memory used every Nth read()
         self._reads = 0
         self._held: Values = {}  # the slow series' last values, repeated between slow reads
         if pcie_mode not in ("auto", "counters", "throughput"):
@@ -429,7 +460,7 @@ class NvmlSource(Source):
         static["pcie_link_gen_seen_max"] = static.get("pcie_link_gen_current")
         static["pcie_link_peak_gbs"] = link_peak_gbs(static.get("pcie_link_gen_max"),
                                                      static.get("pcie_link_width_max"))
-        readers: list[tuple[Reader, tuple[str, ...]]] = []
+        readers: list[tuple[Reader, tuple[str, ...], bool]] = []
 
         def utilization(h: Any) -> tuple:
             u = nvml.nvmlDeviceGetUtilizationRates(h)
@@ -457,7 +488,7 @@ class NvmlSource(Source):
                 (sm_clock, ["sm_clock_mhz"], "nvmlDeviceGetClockInfo(SM)")):
             first = self._probe(key, series, label, lambda fn=fn: fn(handle))
             if first is not None:
-                readers.append((fn, tuple(f"{key}.{s}" for s in series)))
+                readers.append((fn, tuple(f"{key}.{s}" for s in series), fn is memory))
                 if fn is memory:
                     static["total_memory_bytes"] = int(first[1])
         # Power: the instant field if this GPU/driver fills it (read in the tick's field-values
@@ -468,14 +499,14 @@ class NvmlSource(Source):
         if power_field:
             static["power_counter"] = "NVML_FI_DEV_POWER_INSTANT (instantaneous)"
         elif self._probe(key, ["power_w"], "nvmlDeviceGetPowerUsage", lambda: power_average(handle)) is not None:
-            readers.append((power_average, (f"{key}.power_w",)))
+            readers.append((power_average, (f"{key}.power_w",), False))
             static["power_counter"] = "nvmlDeviceGetPowerUsage (a 1 s average on Ampere and newer)"
             self.notes.append(f"{key}.power_w is nvmlDeviceGetPowerUsage, a 1 s average on recent GPUs "
                               "(the instant power field is not available)")
         if reasons_fn is None:
             self.unavailable[f"{key}.throttle_reasons"] = "this nvidia-ml-py has no clock event reasons call"
         elif self._probe(key, ["throttle_reasons"], reasons_fn.__name__, lambda: throttle(handle)) is not None:
-            readers.append((throttle, (f"{key}.throttle_reasons",)))
+            readers.append((throttle, (f"{key}.throttle_reasons",), False))
         return _Device(key, handle, index, static, readers, power_field=power_field)
 
     def _link_state(self, handle: Any) -> dict[str, int | None]:
@@ -563,6 +594,10 @@ class NvmlSource(Source):
             ids = ([FI_POWER_INSTANT] if d.power_field else []) + (
                 [FI_PCIE_TX_BYTES, FI_PCIE_RX_BYTES] if d.tick_pcie else [])
             d.tick = FieldReader(self._nvml, d.handle, ids) if ids else None
+        self._tick_captures = [d.tick.capture if d.tick is not None else _none for d in self.devices]
+        # rates are computed in read() from the counters read in the tick (or there are none);
+        # False when a poller thread supplies them, which must be taken at the tick
+        self._pcie_in_read = self.devices[0].tick_pcie or (self._counters is None and self._throughput is None)
 
     def needs_pcie_thread(self, rate_hz: float) -> bool:
         """True if a sampler period of 1/rate_hz is too long to unwrap the byte counters in the tick.
@@ -577,13 +612,16 @@ class NvmlSource(Source):
     def set_rate_hz(self, rate_hz: float) -> None:
         """The sampler's rate: how often to read the slow series, and, with pcie_poll_hz=None,
         a poller thread if the sampler is too slow to unwrap the PCIe counters."""
-        self._slow_every = slow_every(rate_hz, self._slow_hz)
-        slow = [k for d in self.devices for _, keys in d.readers for k in keys]
+        self._slow_every = self.slow_every = slow_every(rate_hz, self._slow_hz)
+        self._mem_every = memory_every(rate_hz, self._slow_hz)
         self.notes = [n for n in self.notes if not n.startswith(SLOW_NOTE_PREFIX)]
-        if self._slow_every > 1 and slow:
-            self.notes.append(slow_note(slow, rate_hz, self._slow_every))
+        for every, memory in ((self._slow_every, False), (self._mem_every, True)):
+            keys = [k for d in self.devices for _, ks, mem in d.readers if mem == memory for k in ks]
+            if every > 1 and keys:
+                self.notes.append(slow_note(keys, rate_hz, every))
         for d in self.devices:
             d.static["slow_series_hz"] = rate_hz / self._slow_every
+            d.static["memory_series_hz"] = rate_hz / self._mem_every
         if (self._counters is None or self._poll_hz is not None or self._counters.running
                 or not self.needs_pcie_thread(rate_hz)):
             return
@@ -640,45 +678,75 @@ class NvmlSource(Source):
                 out[name] = (total - p_total) / (t - p_t) / 1e9
         return out
 
-    def read(self) -> Values:
-        held = self._held
-        if self._reads % self._slow_every == 0:
+    def capture(self) -> tuple[float, list[Any], Values | None, dict[str, Values] | None]:
+        """Everything this tick takes from the driver, undecoded: the one field-values call per
+        device (instant power, PCIe byte counters) as bytes, an exception in place of a device's
+        bytes if its call failed; the slow calls on their ticks (None for a failed one); and, when
+        the PCIe rates come from a poller thread, those rates as of now.
+
+        Most ticks are only the field-values calls: kept to a few lines, since every line run
+        after a wake-up from sleep costs a cache miss or more (issue 4)."""
+        i = self._reads
+        self._reads = i + 1
+        t = self._clock()
+        raws: list[Any] = []
+        for cap in self._tick_captures:
+            try:
+                raws.append(cap())
+            except Exception as exc:  # noqa: BLE001 - decoded as a missing sample
+                raws.append(exc)
+        if i % self._slow_every and i % self._mem_every and self._pcie_in_read:
+            return t, raws, None, None
+        slow_values: Values | None = None
+        slow, mem = i % self._slow_every == 0, i % self._mem_every == 0
+        if slow or mem:
+            slow_values = {}
             for d in self.devices:
-                for fn, keys in d.readers:
+                for fn, keys, memory in d.readers:
+                    if not (mem if memory else slow):
+                        continue
                     try:
-                        held.update(zip(keys, fn(d.handle)))
+                        slow_values.update(zip(keys, fn(d.handle)))
                     except Exception:  # noqa: BLE001 - a failed read is a missing sample, not a 0
-                        for k in keys:
-                            held.pop(k, None)
-        self._reads += 1
+                        slow_values.update(dict.fromkeys(keys))
+            # Current link generation drops when idle; note the highest seen, about once a second.
+            if t - self._link_refresh_t >= 1.0:
+                self._link_refresh_t = t
+                self._refresh_link()
+        polled = None
+        if not self._pcie_in_read:
+            polled = {d.key: self._pcie_rates(d.key) for d in self.devices}  # a poller's rates: now
+        return t, raws, slow_values, polled
+
+    def read(self, captured: Any = None) -> Values:
+        t_tick, raws, slow_values, polled = self.capture() if captured is None else captured
+        held = self._held
+        if slow_values is not None:
+            for k, v in slow_values.items():
+                if v is None:
+                    held.pop(k, None)
+                else:
+                    held[k] = v
         out: Values = dict(held)
-        for d in self.devices:
-            if d.tick is not None:
-                self._read_tick(d, out)
-            for s, v in self._pcie_rates(d.key).items():
+        for d, raw in zip(self.devices, raws):
+            if raw is not None and not isinstance(raw, Exception):
+                self._read_tick(d, d.tick.decode(raw), out, t_tick)
+            rates = polled[d.key] if polled is not None else self._pcie_rates(d.key)
+            for s, v in rates.items():
                 out[f"{d.key}.{s}"] = v
         if self._counters is not None and self.devices[0].tick_pcie:
             self._counters.polls += 1
-        # Current link generation drops when idle; note the highest seen, about once a second.
-        now = self._clock()
-        if now - self._link_refresh_t >= 1.0:
-            self._link_refresh_t = now
-            self._refresh_link()
         return out
 
-    def _read_tick(self, d: _Device, out: Values) -> None:
+    def _read_tick(self, d: _Device, fvs: Any, out: Values, t_tick: float) -> None:
         """The tick's single field-values call: instant power and/or the PCIe byte counters."""
-        try:
-            fvs = d.tick.read()
-        except Exception:  # noqa: BLE001 - missing power sample; the PCIe rate reads as missing
-            return
         i = 0
         if d.power_field:
             mw = field_value(fvs[0])
             out[f"{d.key}.power_w"] = None if mw is None else mw / 1000.0
             i = 1
         if d.tick_pcie:
-            self._counters.ingest(d.key, (fvs[i], fvs[i + 1]))
+            self._counters.ingest(d.key, (fvs[i], fvs[i + 1]), now=t_tick)
 
     def _refresh_link(self) -> None:
         for d in self.devices:

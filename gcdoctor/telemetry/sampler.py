@@ -7,6 +7,15 @@ window), so a window takes the samples with t0 < t <= t1: adjacent steps never s
 
 Data are kept in a ring buffer of `buffer_seconds`; pass `stream_path` to also append every
 sample to a CSV file as it is taken, so an interrupted run keeps the full series.
+
+Cost (issue 4): each tick only takes the clocks and each source's `capture()` (on NVIDIA, the
+one field-values call for the PCIe byte counters and instant power, whose bytes are copied, and
+the slow calls on their ticks). Decoding, unwrapping, storing, streaming and `on_sample` run
+once per `batch_s` (1 s) for all the ticks since: a Python thread woken from sleep runs with cold
+caches, and the same work cost several times more done tick by tick than in one warm loop.
+Readers (`summarize`, `latest`, `samples`, ...) first process what is pending, in their own
+thread, so they never see stale data; that CPU is counted in `overhead_cpu_pct` too. `on_sample`
+(the live dashboards) therefore sees the samples up to `batch_s` late, in order.
 """
 from __future__ import annotations
 
@@ -16,6 +25,7 @@ import math
 import threading
 import time
 from array import array
+from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -23,6 +33,9 @@ from gcdoctor.facts.telemetry import SeriesSummary, TelemetryDevice, TelemetryFa
 from gcdoctor.telemetry.base import (
     DEVICE_SERIES, HOST_SERIES, Source, SourceUnavailable, UnavailableSource, visible_device_map,
 )
+
+# Seconds of ticks processed together: how late on_sample (the live dashboards) may see a sample.
+BATCH_S = 1.0
 
 OnSample = Callable[[float, dict[str, "float | None"]], None]
 NAN = float("nan")
@@ -38,7 +51,8 @@ class TelemetrySampler:
 
     def __init__(self, sources: Iterable[Source], rate_hz: float = 20.0, on_sample: OnSample | None = None,
                  buffer_seconds: float = 3600, clock: Callable[[], float] = time.monotonic,
-                 wall_clock: Callable[[], float] = time.time, stream_path: str | Path | None = None) -> None:
+                 wall_clock: Callable[[], float] = time.time, stream_path: str | Path | None = None,
+                 batch_s: float = BATCH_S) -> None:
         if rate_hz <= 0:
             raise ValueError("rate_hz must be positive")
         self.sources = list(sources)
@@ -46,6 +60,7 @@ class TelemetrySampler:
         self.on_sample = on_sample
         self._clock, self._wall = clock, wall_clock
         self.series: list[str] = []
+        self._captures = [src.capture for src in self.sources]
         for src in self.sources:
             self.series += [s for s in src.series if s not in self.series]
         self._capacity = max(1, int(buffer_seconds * rate_hz))
@@ -60,7 +75,13 @@ class TelemetrySampler:
         self.read_errors: dict[str, str] = {}
         self.callback_error: str | None = None
         self.thread_cpu_s = 0.0  # CPU time of the sampler thread (on_sample included)
+        self.reader_cpu_s = 0.0  # CPU other threads spent processing pending ticks for a reader
         self._poller_cpu_s = 0.0
+        self._pending: deque = deque()  # (t, wall, captures) taken but not yet processed
+        self._process_lock = threading.Lock()  # one thread decodes at a time, in tick order
+        self._last_tick_t: float | None = None
+        self._ticks = 0
+        self.batch = max(1, round(batch_s * self.rate_hz))  # ticks processed together
         self._static: dict[str, Any] = {}
         for src in self.sources:
             try:
@@ -78,14 +99,48 @@ class TelemetrySampler:
     # -- sampling ----------------------------------------------------------------------------
     def sample_once(self) -> tuple[float, dict[str, float | None]]:
         """Read every source now, store the sample, call on_sample. Returns (t, values)."""
+        self._capture()
+        self._process_pending()
+        with self._lock:
+            t = self._t[-1]
+            return t, {s: (None if math.isnan(c[-1]) else c[-1]) for s, c in self._cols.items()}
+
+    def tick(self) -> None:
+        """One tick as the sampler thread takes it: capture now; process the pending ticks when a
+        batch is complete (and at the first tick, so a live view starts at once)."""
+        self._capture()
+        if self._ticks % self.batch == 0:
+            self._process_pending()
+        self._ticks += 1
+
+    def _capture(self) -> None:
+        """The tick itself: the clocks and each source's capture(), queued for processing."""
         t = self._clock()
-        wall = self._wall()
+        caps = []
+        for capture in self._captures:
+            try:
+                caps.append(capture())
+            except Exception as exc:  # noqa: BLE001 - processed as a failed read
+                caps.append(exc)
+        self._pending.append((t, self._wall(), caps))
+        self._last_tick_t = t
+
+    def _process_pending(self) -> None:
+        """Decode and store every pending tick, oldest first (any thread; one at a time)."""
+        with self._process_lock:
+            while self._pending:
+                t, wall, caps = self._pending.popleft()
+                self._process(t, wall, caps)
+
+    def _process(self, t: float, wall: float, caps: list) -> None:
         values: dict[str, float | None] = dict.fromkeys(self.series)
-        for src in self.sources:
+        for src, cap in zip(self.sources, caps):
             if not src.series:
                 continue
             try:
-                got = src.read()
+                if isinstance(cap, Exception):
+                    raise cap
+                got = cap if isinstance(cap, dict) else src.read(cap)
             except Exception as exc:  # noqa: BLE001 - a failing source gives missing samples
                 self.read_errors[src.name] = f"{type(exc).__name__}: {exc}"
                 continue
@@ -99,7 +154,17 @@ class TelemetrySampler:
             except Exception as exc:  # noqa: BLE001
                 self.callback_error = f"{type(exc).__name__}: {exc}"
                 self.on_sample = None
-        return t, values
+
+    def _catch_up(self) -> None:
+        """Process pending ticks for a reader; CPU spent outside the sampler thread is counted."""
+        if not self._pending:
+            return
+        if threading.current_thread() is self._thread:
+            self._process_pending()
+            return
+        c0 = time.thread_time()
+        self._process_pending()
+        self.reader_cpu_s += time.thread_time() - c0
 
     def _store(self, t: float, wall: float, values: dict[str, float | None]) -> None:
         with self._lock:
@@ -127,7 +192,7 @@ class TelemetrySampler:
         next_t = self._clock()
         base, cpu0 = self.thread_cpu_s, time.thread_time()
         while not self._stop.is_set():
-            self.sample_once()
+            self.tick()
             self.thread_cpu_s = base + time.thread_time() - cpu0
             next_t += period
             now = self._clock()
@@ -135,7 +200,19 @@ class TelemetrySampler:
                 missed = int((now - next_t) / period) + 1
                 self.missed_ticks += missed
                 next_t += missed * period
-            self._stop.wait(next_t - now)
+            # time.sleep, not Event.wait: a timed wait on a lock costs more CPU per wake-up; stop()
+            # waits at most one period for the loop to notice
+            time.sleep(next_t - now)
+
+    def prepare(self) -> None:
+        """Tell the sources the rate and restart their baselines (start() does this)."""
+        for src in self.sources:
+            try:
+                src.set_rate_hz(self.rate_hz)
+                src.reset()
+            except Exception as exc:  # noqa: BLE001
+                self.read_errors[src.name] = f"reset(): {exc}"
+        self._ticks = 0
 
     def start(self) -> "TelemetrySampler":
         if self._thread is not None:
@@ -146,12 +223,7 @@ class TelemetrySampler:
             self._stream_writer = csv.writer(self._stream)
             self._stream_writer.writerow(["t_monotonic_s", "wall_time_s", *self.series])
             self.path = str(self._stream_path)
-        for src in self.sources:
-            try:
-                src.set_rate_hz(self.rate_hz)
-                src.reset()
-            except Exception as exc:  # noqa: BLE001
-                self.read_errors[src.name] = f"reset(): {exc}"
+        self.prepare()
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="gcdoctor-telemetry", daemon=True)
         self._thread.start()
@@ -163,6 +235,7 @@ class TelemetrySampler:
         if self._thread is not None:
             self._thread.join(timeout=5.0)
             self._thread = None
+        self._catch_up()
         if self._stream is not None:
             self._stream.close()
             self._stream = self._stream_writer = None
@@ -194,7 +267,7 @@ class TelemetrySampler:
             first, last = self._first_t, self._last_t
         if first is None or last is None or last <= first:
             return None
-        return 100.0 * (self.thread_cpu_s + self.poller_cpu_s()) / (last - first)
+        return 100.0 * (self.thread_cpu_s + self.reader_cpu_s + self.poller_cpu_s()) / (last - first)
 
     @property
     def running(self) -> bool:
@@ -218,6 +291,7 @@ class TelemetrySampler:
         """
         if covering:
             self._wait_for_sample_after(t1)
+        self._catch_up()
         with self._lock:
             lo = bisect.bisect_right(self._t, t0)
             hi = bisect.bisect_right(self._t, t1)
@@ -238,13 +312,14 @@ class TelemetrySampler:
             return
         deadline = time.monotonic() + 2.0 / self.rate_hz
         while time.monotonic() < deadline:
-            with self._lock:
-                if self._t and self._t[-1] > t1:
-                    return
+            last = self._last_tick_t
+            if last is not None and last > t1:
+                return
             time.sleep(0.25 / self.rate_hz)
 
     def bitwise_or(self, series: str, t0: float, t1: float) -> int | None:
         """OR of an integer bitmask series (throttle reasons) over t0 < t <= t1; None if no sample."""
+        self._catch_up()
         with self._lock:
             col = self._cols.get(series)
             if col is None:
@@ -260,6 +335,7 @@ class TelemetrySampler:
 
     def samples(self) -> dict[str, list]:
         """The buffered data as columns: 't', 'wall', then every series (None where missing)."""
+        self._catch_up()
         with self._lock:
             out: dict[str, list] = {"t": list(self._t), "wall": list(self._wall_t)}
             for s, col in self._cols.items():
@@ -268,6 +344,7 @@ class TelemetrySampler:
 
     def latest(self) -> tuple[float, dict[str, float | None]] | None:
         """The most recent sample, or None before the first."""
+        self._catch_up()
         with self._lock:
             if not self._t:
                 return None
@@ -308,6 +385,7 @@ class TelemetrySampler:
         unavailable: dict[str, str] = {}
         notes: list[str] = []
         names: list[str] = []
+        self._catch_up()
         for src in self.sources:
             unavailable.update({k: v for k, v in src.unavailable.items() if k not in self.series})
             notes += [n for n in getattr(src, "notes", []) if n not in notes]
