@@ -284,9 +284,21 @@ def cpu_cost(kind: str, rate_hz: float, seconds: float, events_path: Path | None
     }
 
 
-def gpu_ab(rate_hz: float, blocks: int, steps: int, n: int) -> dict:
-    """Median step time of a fixed matmul workload without (A) and with (B) the sampler."""
+def gpu_ab(rate_hz: float, blocks: int, steps: int, n: int, out: Path | None = None) -> dict:
+    """Median step time of a fixed matmul workload without (A) and with (B) the sampler.
+
+    The B blocks run the sampler as a diagnose session does: the series streamed to a CSV file
+    and every sample written as an events.jsonl line (into `out`, else a temporary directory).
+    Each B block also gives the sampler's own CPU (its thread plus any reader catch-up) as % of
+    one core while the GPU trains: the cost that matters for measured steps.
+    """
+    import tempfile
+
     import torch
+
+    from gcdoctor.events import TelemetrySampled, event_to_json
+
+    tmp = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="gcdoctor-bench-"))
 
     dev = torch.device("cuda", 0)
     a = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
@@ -303,16 +315,27 @@ def gpu_ab(rate_hz: float, blocks: int, steps: int, n: int) -> dict:
         step()
     per_block: dict[str, list[float]] = {"off": [], "on": []}
     all_steps: dict[str, list[float]] = {"off": [], "on": []}
+    cost_on: list[float] = []
     for i in range(2 * blocks):
         arm = "off" if i % 2 == 0 else "on"
-        sampler = None
+        sampler = fh = None
         if arm == "on":
-            sampler = TelemetrySampler(open_sources("cuda", 0), rate_hz=rate_hz, on_sample=lambda t, v: None)
+            fh = open(tmp / "events-ab.jsonl", "w")  # noqa: SIM115
+
+            def on_sample(t: float, values: dict, fh=fh) -> None:
+                fh.write(event_to_json(TelemetrySampled(t, values)) + "\n")
+
+            sampler = TelemetrySampler(open_sources("cuda", 0, slow_hz=SLOW_HZ), rate_hz=rate_hz,
+                                       on_sample=on_sample, stream_path=tmp / "telemetry-ab.csv")
             sampler.start()
-            time.sleep(0.2)  # let the pollers settle into their rhythm
+            time.sleep(0.2)  # let the sampler settle into its rhythm
+            cpu0 = sampler.thread_cpu_s + sampler.reader_cpu_s
+            w0 = time.monotonic()
         times = [step() for _ in range(steps)]
         if sampler is not None:
+            cost_on.append(100.0 * (sampler.thread_cpu_s + sampler.reader_cpu_s - cpu0) / (time.monotonic() - w0))
             sampler.stop()
+            fh.close()
         per_block[arm].append(statistics.median(times))
         all_steps[arm] += times
     off, on = statistics.median(all_steps["off"]), statistics.median(all_steps["on"])
@@ -328,6 +351,10 @@ def gpu_ab(rate_hz: float, blocks: int, steps: int, n: int) -> dict:
         "block_medians_ms_off": [round(x, 4) for x in per_block["off"]],
         "block_medians_ms_on": [round(x, 4) for x in per_block["on"]],
         "block_spread_pct_off": round(100.0 * (max(per_block["off"]) / min(per_block["off"]) - 1), 3),
+        "sampler_cpu_pct_of_core_per_on_block": [round(x, 3) for x in cost_on],
+        "sampler_cpu_pct_of_core_on_median": round(statistics.median(cost_on), 3),
+        "sampler_cpu_pct_of_core_on_mean": round(statistics.mean(cost_on), 3),
+        "on_blocks_write": "telemetry CSV stream + events.jsonl line per sample (as a diagnose session)",
     }
 
 
@@ -452,11 +479,14 @@ def main() -> None:
               f"user/sys {r['per_thread_user_sys_pct_of_core']}; "
               f"self-reported {r['self_reported_overhead_pct']}%; {r['cpu_us_per_sample']} us CPU/sample")
     if kind == "cuda" and fake_us is None:
-        g = gpu_ab(20.0, args.blocks, args.steps, args.matmul_n)
+        g = gpu_ab(20.0, args.blocks, args.steps, args.matmul_n, args.out)
         result["gpu_ab"] = g
         print(f"step time ({g['workload']}, {g['device']}): off {g['median_step_ms_off']} ms "
               f"(p10-p90 {g['p10_p90_ms_off']}), on {g['median_step_ms_on']} ms (p10-p90 {g['p10_p90_ms_on']}), "
               f"diff {g['diff_pct']}%, block spread off {g['block_spread_pct_off']}%")
+        print(f"sampler CPU while the GPU steps (CSV + events.jsonl, as diagnose): median "
+              f"{g['sampler_cpu_pct_of_core_on_median']}% of one core, mean {g['sampler_cpu_pct_of_core_on_mean']}%, "
+              f"per block {g['sampler_cpu_pct_of_core_per_on_block']}")
     if args.out:
         (args.out / "telemetry_cost.json").write_text(json.dumps(result, indent=1))
 
