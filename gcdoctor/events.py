@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+import msgspec
+
 from gcdoctor.facts.serde import from_dict, to_dict
 
 
@@ -102,10 +104,17 @@ EVENT_TYPES: dict[str, type] = {
 }
 
 
+_encode = msgspec.json.Encoder().encode
+
+
 def event_to_json(event: Any, wall: float | None = None) -> str:
     """One JSON line: {"type": ..., "wall": unix seconds, **fields}."""
-    return json.dumps({"type": type(event).__name__, "wall": time.time() if wall is None else wall,
-                       **to_dict(event)})
+    wall = time.time() if wall is None else wall
+    if type(event) is TelemetrySampled:
+        # the hot path (20 a second, written from the sampler thread): msgspec encodes the flat
+        # dict in ~1 us where the generic dataclass walk and json.dumps took ~29 us (issue 4)
+        return _encode({"type": "TelemetrySampled", "wall": wall, "t": event.t, "values": event.values}).decode()
+    return json.dumps({"type": type(event).__name__, "wall": wall, **to_dict(event)})
 
 
 def event_from_json(line: str) -> Any:
