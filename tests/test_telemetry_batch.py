@@ -170,3 +170,31 @@ def test_field_reader_capture_copies_the_array_and_decodes_it_later():
     assert [fv.value.uiVal for fv in b] == [200, 201, 202]
     with pytest.raises(pynvml.NVMLError):
         reader.capture()
+
+
+def test_a_late_tick_is_counted_as_missed_and_said_in_the_facts():
+    import time as _time
+
+    class Slow(Source):  # the third capture takes 130 ms: 2 ticks of a 20 Hz grid are skipped
+        name = "slow"
+
+        def __init__(self):
+            super().__init__()
+            self.series = ["x"]
+            self.n = 0
+
+        def read(self, captured=None):
+            self.n += 1
+            if self.n == 3:
+                _time.sleep(0.13)
+            return {"x": float(self.n)}
+
+    sampler = TelemetrySampler([Slow()], rate_hz=20)
+    sampler.start()
+    deadline = _time.monotonic() + 5.0
+    while sampler.sources[0].n < 6 and _time.monotonic() < deadline:
+        _time.sleep(0.01)
+    sampler.stop()
+    assert sampler.missed_ticks >= 2
+    assert any("sampling ticks were skipped: the sampler thread ran late" in n for n in sampler.facts().notes)
+    assert sampler.samples()["x"][:4] == [1.0, 2.0, 3.0, 4.0]  # nothing lost, only later

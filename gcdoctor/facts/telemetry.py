@@ -51,7 +51,7 @@ class TelemetryFacts:
     pcie_link_peak_gbs: float | None = None  # of the first device; None where unknown
     duration_s: float | None = None  # first to last sample
     achieved_rate_hz: float | None = None  # samples per second actually taken
-    missed_ticks: int = 0  # ticks skipped because a sample overran its period
+    missed_ticks: int = 0  # ticks skipped because the sampler thread ran late (GIL held, no free CPU)
     read_errors: dict[str, str] = field(default_factory=dict)  # source -> last error while sampling
     notes: list[str] = field(default_factory=list)  # caveats, e.g. "power is a 1 s average"
     overhead_cpu_pct: float | None = None  # sampler + poller threads, % of one core

@@ -397,7 +397,8 @@ class TelemetrySampler:
         duration = (last - first) if (first is not None and last is not None and n > 1) else None
         devices = devices_from_static(self._static)
         if self.missed_ticks:
-            notes.append(f"{self.missed_ticks} sampling ticks were skipped because a sample overran its period")
+            notes.append(f"{self.missed_ticks} sampling ticks were skipped: the sampler thread ran late (another "
+                         "thread held the GIL, or no CPU was free); PCIe rates over such gaps are missing")
         if self.callback_error:
             notes.append(f"on_sample callback failed and was detached: {self.callback_error}")
         return TelemetryFacts(
