@@ -54,4 +54,4 @@ class TelemetryFacts:
     missed_ticks: int = 0  # ticks skipped because the sampler thread ran late (GIL held, no free CPU)
     read_errors: dict[str, str] = field(default_factory=dict)  # source -> last error while sampling
     notes: list[str] = field(default_factory=list)  # caveats, e.g. "power is a 1 s average"
-    overhead_cpu_pct: float | None = None  # sampler + poller threads, % of one core
+    overhead_cpu_pct: float | None = None  # sampler + poller threads + readers catching up, % of one core
