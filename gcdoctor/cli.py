@@ -90,7 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     mo.add_argument("--gpu", type=int, help="only this GPU index (default: all)")
     mo.add_argument("--run", help="follow a run directory written by gcdoctor.watch / diagnose")
     mo.add_argument("--out", help="run directory to record to (default: a new folder under ./gcdoctor-runs/)")
-    mo.add_argument("--telemetry-hz", type=float, default=10.0)
+    # 20 Hz, not less: NVIDIA's 32-bit PCIe byte counters are then read in the sampler's own tick;
+    # a slower sampler needs a 50 Hz poller thread for them, which costs about twice the CPU
+    mo.add_argument("--telemetry-hz", type=float, default=20.0,
+                    help="telemetry sampling rate (default 20; slower rates cost more CPU on NVIDIA)")
     mo.add_argument("--seconds", type=float, help="stop after this long (default: until q / Ctrl-C)")
     mo.add_argument("--no-tui", action="store_true", help="print warnings to the console instead of the TUI")
 

@@ -59,7 +59,7 @@ class MonitorSession:
     Shaped like Session for the front ends: `.bus`, `.stop_requested`, `.run()`, `.rundir`.
     """
 
-    def __init__(self, gpu: int | None = None, rate_hz: float = 10.0, out: str | None = None,
+    def __init__(self, gpu: int | None = None, rate_hz: float = 20.0, out: str | None = None,
                  seconds: float | None = None, bus: EventBus | None = None, sources: list | None = None,
                  device_kind: str | None = None, thresholds: dict[str, dict[str, float]] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -249,7 +249,7 @@ def run_monitor(args: Any) -> int:
     """The `gcdoctor monitor` command."""
     if getattr(args, "run", None):
         return _follow(args)
-    session = MonitorSession(gpu=args.gpu, rate_hz=args.telemetry_hz or 10.0, out=args.out, seconds=args.seconds)
+    session = MonitorSession(gpu=args.gpu, rate_hz=args.telemetry_hz or 20.0, out=args.out, seconds=args.seconds)
     if _use_tui(args):
         from gcdoctor.tui.app import DashboardApp
         from gcdoctor.tui.sources import SessionSource
