@@ -123,6 +123,10 @@ class Watcher:
         self.bus.emit(RunStarted(str(self.rundir.path), "watch", {
             "model": w.model_name, "params": w.n_params, "dtype": w.param_dtype,
             "gradient_checkpointing": w.gradient_checkpointing}, self.facts.environment.__dict__))
+        if not self.telemetry_hz:
+            self.facts.unavailable["telemetry"] = "telemetry off (telemetry_hz=0)"
+            self.save()
+            return self
         try:
             from gcdoctor.telemetry import TelemetrySampler, open_sources
             index = self.backend.index if self.backend.kind != "cpu" else None

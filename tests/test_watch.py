@@ -47,6 +47,26 @@ def test_watch_records_every_step_and_profiles_the_chosen_ones(micro_llama, tmp_
     assert (out / "report.md").read_text().count("## Your training run (watched)") == 1
 
 
+def test_watch_without_telemetry_says_so_and_still_records_steps(micro_llama, tmp_path):
+    model = build_model(load_spec(micro_llama), "fp32", "cpu")
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    ids = torch.randint(512, (1, 8), generator=torch.Generator().manual_seed(0))
+    out = tmp_path / "quiet"
+    with gcdoctor.watch(model, opt, out=out, profile_steps=(), telemetry_hz=0) as w:
+        assert w.sampler is None
+        for _ in range(2):
+            with w.step() as s:
+                loss = model(input_ids=ids, labels=ids).loss
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                s.loss = loss
+    facts = Facts.load(out / "facts.json")
+    assert facts.unavailable["telemetry"] == "telemetry off (telemetry_hz=0)"
+    assert [s.index for s in facts.watch.steps] == [0, 1]
+    assert not (out / "telemetry.csv").exists()
+
+
 def test_analyze_judges_a_watched_run(micro_llama, tmp_path, capsys):
     model = build_model(load_spec(micro_llama), "fp32", "cpu")
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
