@@ -89,7 +89,7 @@ class HostSource(Source):
     def set_rate_hz(self, rate_hz: float) -> None:
         """Read the CPU times every round(rate_hz / slow_hz)-th tick and the memory figures about
         once a second, holding the values in between."""
-        self._slow_every = self.slow_every = slow_every(rate_hz, self._slow_hz)
+        self._slow_every = slow_every(rate_hz, self._slow_hz)
         self._mem_every = memory_every(rate_hz, self._slow_hz)
         self._rate_hz = rate_hz
         self.notes = [n for n in self.notes if not n.startswith(SLOW_NOTE_PREFIX)]

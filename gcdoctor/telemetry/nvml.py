@@ -612,7 +612,7 @@ class NvmlSource(Source):
     def set_rate_hz(self, rate_hz: float) -> None:
         """The sampler's rate: how often to read the slow series, and, with pcie_poll_hz=None,
         a poller thread if the sampler is too slow to unwrap the PCIe counters."""
-        self._slow_every = self.slow_every = slow_every(rate_hz, self._slow_hz)
+        self._slow_every = slow_every(rate_hz, self._slow_hz)
         self._mem_every = memory_every(rate_hz, self._slow_hz)
         self.notes = [n for n in self.notes if not n.startswith(SLOW_NOTE_PREFIX)]
         for every, memory in ((self._slow_every, False), (self._mem_every, True)):
