@@ -58,6 +58,42 @@ def memory_every(rate_hz: float, slow_hz: float | None) -> int:
     return every * max(1, round(min(slow_hz, rate_hz) / MEMORY_HZ))
 
 
+class SlowSchedule:
+    """Which of a source's slower reads a tick is due for: the slow series every round(rate /
+    slow_hz)-th tick, the memory series about once a second, counted from `reset()`. Shared by the
+    NVML and psutil sources so their slow ticks fall on the same samples."""
+
+    def __init__(self, slow_hz: float | None) -> None:
+        if slow_hz is not None and slow_hz <= 0:
+            raise ValueError("slow_hz must be None (every tick) or positive")
+        self.slow_hz = slow_hz
+        self.rate_hz: float | None = None
+        self.slow = self.memory = 1  # every Nth tick; every tick until the sampler tells its rate
+        self._tick = 0
+
+    def set_rate_hz(self, rate_hz: float) -> None:
+        self.rate_hz = rate_hz
+        self.slow = slow_every(rate_hz, self.slow_hz)
+        self.memory = memory_every(rate_hz, self.slow_hz)
+
+    def reset(self) -> None:
+        self._tick = 0
+
+    def next(self) -> tuple[bool, bool]:
+        """(slow series due, memory series due) for this tick, and count it."""
+        i = self._tick
+        self._tick = i + 1
+        return i % self.slow == 0, i % self.memory == 0
+
+    def notes(self, slow_series: list[str], memory_series: list[str]) -> list[str]:
+        """The facts notes naming the series read less often than every sample."""
+        out = []
+        for series, every in ((slow_series, self.slow), (memory_series, self.memory)):
+            if every > 1 and series and self.rate_hz:
+                out.append(slow_note(series, self.rate_hz, every))
+        return out
+
+
 def slow_note(series: list[str], rate_hz: float, every: int) -> str:
     """The facts note saying which series have the coarser resolution."""
     return (f"{SLOW_NOTE_PREFIX} read at {rate_hz / every:g} Hz (one sample in {every} at {rate_hz:g} Hz), "

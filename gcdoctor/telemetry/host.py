@@ -25,7 +25,7 @@ import time
 from typing import Any, Callable
 
 from gcdoctor.telemetry.base import (
-    HOST_SERIES, SLOW_NOTE_PREFIX, Source, SourceUnavailable, Values, memory_every, slow_every, slow_note,
+    HOST_SERIES, SLOW_NOTE_PREFIX, SlowSchedule, Source, SourceUnavailable, Values,
 )
 
 _CPU_SERIES = ("cpu_pct", "cpu_max_core_pct", "cpu_iowait_pct", "proc_cpu_pct")
@@ -59,12 +59,7 @@ class HostSource(Source):
     def __init__(self, psutil_module: Any = None, pid: int | None = None,
                  clock: Callable[[], float] = time.monotonic, slow_hz: float | None = 5.0) -> None:
         super().__init__()
-        if slow_hz is not None and slow_hz <= 0:
-            raise ValueError("slow_hz must be None (every tick) or positive")
-        self._slow_hz = slow_hz
-        self._slow_every = 1  # read the CPU times every Nth read(); set by set_rate_hz
-        self._mem_every = 1  # read RSS and host memory every Nth read()
-        self._reads = 0
+        self._schedule = SlowSchedule(slow_hz)  # CPU times: slow series; RSS, host memory: memory
         self._held: Values = {}
         if psutil_module is None:
             try:
@@ -89,17 +84,12 @@ class HostSource(Source):
     def set_rate_hz(self, rate_hz: float) -> None:
         """Read the CPU times every round(rate_hz / slow_hz)-th tick and the memory figures about
         once a second, holding the values in between."""
-        self._slow_every = slow_every(rate_hz, self._slow_hz)
-        self._mem_every = memory_every(rate_hz, self._slow_hz)
-        self._rate_hz = rate_hz
+        self._schedule.set_rate_hz(rate_hz)
         self.notes = [n for n in self.notes if not n.startswith(SLOW_NOTE_PREFIX)]
-        if self._slow_every > 1:
-            self.notes.append(slow_note([s for s in self.series if s in _CPU_SERIES], rate_hz, self._slow_every))
-        if self._mem_every > 1:
-            self.notes.append(slow_note(list(_MEMORY_SERIES), rate_hz, self._mem_every))
+        self.notes += self._schedule.notes([s for s in self.series if s in _CPU_SERIES], list(_MEMORY_SERIES))
 
     def reset(self) -> None:
-        self._reads = 0
+        self._schedule.reset()
         self._held = {}
         self._cpu_pending = True  # no CPU share yet: try at every read until one exists
         self._prev_cpu = [_busy_total(t) for t in self._ps.cpu_times(percpu=True)]
@@ -118,18 +108,17 @@ class HostSource(Source):
     def capture(self) -> tuple[Any, Any]:
         """The raw psutil reads this tick is due: CPU times on slow ticks (and until a first share
         exists), memory about once a second. (None, None) on the other ticks."""
-        i = self._reads
-        self._reads = i + 1
-        if i % self._slow_every and i % self._mem_every and not self._cpu_pending:
+        slow, memory = self._schedule.next()
+        if not (slow or memory or self._cpu_pending):
             return _NOTHING
         cpu = mem = None
-        if i % self._slow_every == 0 or self._cpu_pending:
+        if slow or self._cpu_pending:
             now = self._clock()
             if now - self._cap_t >= self.MIN_INTERVAL_S:
                 self._cpu_pending = False
                 self._cap_t = now
                 cpu = (now, self._ps.cpu_times(percpu=True), self._proc_seconds())
-        if i % self._mem_every == 0:
+        if memory:
             # rss from memory_info() is one small /proc read (~0.02 ms); memory_full_info() costs ~2 ms.
             mem = (self._proc.memory_info().rss, self._ps.virtual_memory())
         return cpu, mem
@@ -177,7 +166,8 @@ class HostSource(Source):
     def static(self) -> dict[str, Any]:
         vm = self._ps.virtual_memory()
         out = {"host.cpu_count": self._cpu_count, "host.mem_total_bytes": vm.total}
-        if hasattr(self, "_rate_hz"):
-            out["host.slow_series_hz"] = self._rate_hz / self._slow_every
-            out["host.memory_series_hz"] = self._rate_hz / self._mem_every
+        rate = self._schedule.rate_hz
+        if rate:
+            out["host.slow_series_hz"] = rate / self._schedule.slow
+            out["host.memory_series_hz"] = rate / self._schedule.memory
         return out

@@ -46,8 +46,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from gcdoctor.telemetry.base import (
-    DEVICE_SERIES, SLOW_NOTE_PREFIX, Source, SourceUnavailable, Values, memory_every, slow_every, slow_note,
-    visible_device_map,
+    DEVICE_SERIES, SLOW_NOTE_PREFIX, SlowSchedule, Source, SourceUnavailable, Values, visible_device_map,
 )
 from gcdoctor.telemetry.pcie import FASTEST_KNOWN_LINK_GBS, link_peak_gbs
 
@@ -373,12 +372,7 @@ class NvmlSource(Source):
                  visible_env: str = "CUDA_VISIBLE_DEVICES", pcie_mode: str = "auto",
                  slow_hz: float | None = 5.0) -> None:
         super().__init__()
-        if slow_hz is not None and slow_hz <= 0:
-            raise ValueError("slow_hz must be None (every tick) or positive")
-        self._slow_hz = slow_hz
-        self._slow_every = 1  # read the slow series every Nth read(); set by set_rate_hz
-        self._mem_every = 1  # read memory used every Nth read()
-        self._reads = 0
+        self._schedule = SlowSchedule(slow_hz)  # utilisation, clock, reasons: slow; memory used: memory
         self._held: Values = {}  # the slow series' last values, repeated between slow reads
         if pcie_mode not in ("auto", "counters", "throughput"):
             raise ValueError(f"pcie_mode {pcie_mode!r}: use auto, counters or throughput")
@@ -612,16 +606,17 @@ class NvmlSource(Source):
     def set_rate_hz(self, rate_hz: float) -> None:
         """The sampler's rate: how often to read the slow series, and, with pcie_poll_hz=None,
         a poller thread if the sampler is too slow to unwrap the PCIe counters."""
-        self._slow_every = slow_every(rate_hz, self._slow_hz)
-        self._mem_every = memory_every(rate_hz, self._slow_hz)
+        sched = self._schedule
+        sched.set_rate_hz(rate_hz)
         self.notes = [n for n in self.notes if not n.startswith(SLOW_NOTE_PREFIX)]
-        for every, memory in ((self._slow_every, False), (self._mem_every, True)):
-            keys = [k for d in self.devices for _, ks, mem in d.readers if mem == memory for k in ks]
-            if every > 1 and keys:
-                self.notes.append(slow_note(keys, rate_hz, every))
+        keys = {False: [], True: []}  # series of the slow readers, by "is a memory reader"
         for d in self.devices:
-            d.static["slow_series_hz"] = rate_hz / self._slow_every
-            d.static["memory_series_hz"] = rate_hz / self._mem_every
+            for _, ks, memory in d.readers:
+                keys[memory] += ks
+        self.notes += sched.notes(keys[False], keys[True])
+        for d in self.devices:
+            d.static["slow_series_hz"] = rate_hz / sched.slow
+            d.static["memory_series_hz"] = rate_hz / sched.memory
         if (self._counters is None or self._poll_hz is not None or self._counters.running
                 or not self.needs_pcie_thread(rate_hz)):
             return
@@ -633,7 +628,7 @@ class NvmlSource(Source):
     def reset(self) -> None:
         """Start PCIe rates from now: the first read covers one sampling period, and reads the
         slow series."""
-        self._reads = 0
+        self._schedule.reset()
         self._held = {}
         for d in self.devices:
             if d.tick_pcie and d.tick is not None:  # counters read in the tick: take a fresh base
@@ -686,8 +681,7 @@ class NvmlSource(Source):
 
         Most ticks are only the field-values calls: kept to a few lines, since every line run
         after a wake-up from sleep costs a cache miss or more (issue 4)."""
-        i = self._reads
-        self._reads = i + 1
+        slow, mem = self._schedule.next()
         t = self._clock()
         raws: list[Any] = []
         for cap in self._tick_captures:
@@ -695,10 +689,9 @@ class NvmlSource(Source):
                 raws.append(cap())
             except Exception as exc:  # noqa: BLE001 - decoded as a missing sample
                 raws.append(exc)
-        if i % self._slow_every and i % self._mem_every and self._pcie_in_read:
+        if not (slow or mem) and self._pcie_in_read:
             return t, raws, None, None
         slow_values: Values | None = None
-        slow, mem = i % self._slow_every == 0, i % self._mem_every == 0
         if slow or mem:
             slow_values = {}
             for d in self.devices:
