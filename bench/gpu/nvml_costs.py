@@ -23,22 +23,14 @@ import time
 
 import pynvml as N
 
+from gcdoctor.telemetry.nvml import FieldReader
+
 FI_POWER, FI_TX, FI_RX = 186, 197, 198
 
 
 def fields(h, ids):
-    arr = (N.c_nvmlFieldValue_t * len(ids))()
-    for i, f in enumerate(ids):
-        arr[i].fieldId = f
-    n = ctypes.c_int32(len(ids))
-    fn = N._nvmlGetFunctionPointer("nvmlDeviceGetFieldValues")
-
-    def read():
-        ret = fn(h, n, arr)
-        if ret != 0:
-            raise N.NVMLError(ret)
-        return arr
-    return read
+    """The sampler's own prebuilt field-values call (gcdoctor.telemetry.nvml.FieldReader)."""
+    return FieldReader(N, h, ids).read
 
 
 class Gpm:
