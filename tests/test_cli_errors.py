@@ -106,3 +106,11 @@ def test_no_traceback_from_a_real_process(tmp_path):
     assert p.stderr.strip().splitlines() == [
         "gcdoctor: error: unknown model 'nope': use one of llama2-7b, llama3-70b, llama3-8b, mistral-7b, "
         "qwen2.5-7b, tiny-llama, or a path to a config.json"]
+
+
+def test_monitor_rejects_a_zero_rate_instead_of_running_forever(capsys):
+    from gcdoctor.cli import main
+
+    assert main(["monitor", "--telemetry-hz", "0", "--seconds", "1", "--no-tui"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["gcdoctor: error: --telemetry-hz 0: use a rate between 0 and 1000 Hz"]

@@ -249,7 +249,7 @@ def run_monitor(args: Any) -> int:
     """The `gcdoctor monitor` command."""
     if getattr(args, "run", None):
         return _follow(args)
-    session = MonitorSession(gpu=args.gpu, rate_hz=args.telemetry_hz or 20.0, out=args.out, seconds=args.seconds)
+    session = MonitorSession(gpu=args.gpu, rate_hz=args.telemetry_hz, out=args.out, seconds=args.seconds)
     if _use_tui(args):
         from gcdoctor.tui.app import DashboardApp
         from gcdoctor.tui.sources import SessionSource
