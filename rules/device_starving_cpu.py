@@ -52,6 +52,7 @@ class DeviceStarvingCpuRule(Rule):
     slug = "device-starving-cpu"
     title = "Device starving while the CPU is saturated"
     requires = ("monitor.windows",)
+    topic = "monitor"
     defaults = {
         # the same idle line as GC040: under 30% utilisation the device mostly waits
         "idle_util_pct": 30.0,

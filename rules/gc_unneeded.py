@@ -26,6 +26,7 @@ class GcUnneededRule(Rule):
     slug = "gc-unneeded"
     title = "Checkpointing unneeded"
     requires = ("sweep.measurements",)
+    topic = "sweep"
     defaults: dict[str, float] = {}
 
     def check(self, facts: Facts, t: dict[str, float]):
@@ -54,7 +55,8 @@ class GcUnneededRule(Rule):
             return self.fired("warning", f"Checkpointing is unneeded: the target batch {target} fits without it"
                               f"{cost}", ev,
                               "Recomputation is paid on every step, but memory is not the constraint here.",
-                              "Disable checkpointing, or checkpoint every N-th layer only if you need headroom.")
+                              "Disable checkpointing, or checkpoint every N-th layer only if you need headroom.",
+                              line=f"checkpointing is unneeded: batch {target} fits without it{cost}")
         if not sweep.searched and best_off is not None and target > max(fit_off):
             return self.inconclusive(f"the target batch {target} was not measured without GC (fixed --batch-sizes)")
         return self.passed(f"Checkpointing is needed: the target batch {target} does not fit without it "

@@ -7,6 +7,7 @@ from gcdoctor.engine import Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.offload import summary_value
 from gcdoctor.facts.trace import TraceMetrics
+from gcdoctor.rules._scope import probe_of, scope_of
 from gcdoctor.rules._offload import PHASES, CpuLoad, cpu_load, measurement_for, ms, pct, run_keys, steps_in, window
 
 WHERE = {
@@ -110,6 +111,9 @@ class HostBoundStepRule(Rule):
         out, passed, undecided = [], [], []
         for r in readings:
             v = self._judge(r, facts, t)
+            if v is not None:
+                key = r.subject if r.subject != "trace" else "all"
+                v.scope, v.topic = scope_of(key), probe_of(key)
             if v is None:
                 undecided.append(r.subject)
             elif v.status == "fired":

@@ -35,6 +35,7 @@ class InsufficientMemorySavingRule(Rule):
     slug = "insufficient-memory-saving"
     title = "Insufficient memory saving"
     requires = ("sweep.measurements",)
+    topic = "sweep"
     defaults = {
         # layer checkpointing keeps 2h bytes/token/layer of ~200h (Llama): the saving should be far
         # above 40% of activations; below that something besides the layers holds the memory
@@ -74,9 +75,13 @@ class InsufficientMemorySavingRule(Rule):
             return self.fired(
                 "warning", f"Checkpointing saved only {saving:.0f}% of activation memory at batch {b}", ev, why,
                 "Checkpoint every decoder layer; use a chunked/fused cross-entropy (Liger, Cut Cross-Entropy); "
-                "use SDPA or flash attention; avoid padding masks.")
+                "use SDPA or flash attention; avoid padding masks.",
+                line=f"checkpointing saves only {saving:.0f} % of activations at batch {b}"
+                     + (": the loss is the peak" if logits_bytes and a_on and logits_bytes > 0.5 * a_on else ""))
         return self.passed(f"Checkpointing saved {saving:.0f}% of activation memory at batch {b} "
-                           f"({total:.0f}% of the total peak)", ev)
+                           f"({total:.0f}% of the total peak)", ev,
+                           line=f"checkpointing saves {saving:.0f} % of activations at batch {b} "
+                                f"({total:.0f} % of the peak)")
 
 
 def _predicted_saving(facts: Facts, batch: int) -> float | None:

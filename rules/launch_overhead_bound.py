@@ -1,7 +1,7 @@
 """GC010 launch-overhead-bound granularity."""
 from __future__ import annotations
 
-from gcdoctor.engine import Evidence, Rule, Verdict
+from gcdoctor.engine import CONFIGURATION, EXPERIMENT, SEVERITY_ORDER, Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.granularity import GranularityGroup, GranularityVariant, LaunchCost
 from gcdoctor.facts.trace import TraceMetrics
@@ -54,6 +54,8 @@ class LaunchOverheadBoundRule(Rule):
     slug = "launch-overhead-bound"
     title = "Launch-overhead-bound granularity"
     requires = ()  # granularity facts, or else trace metrics: checked in check()
+    scope = EXPERIMENT  # the granularity probe's variants; a bare trace's verdicts are configuration
+    topic = "granularity"
     defaults = {
         # extra step time over the coarser variant below which there is nothing to explain: the
         # spread of a median of a few steps is a few percent, and GC001's band is +20..35%
@@ -90,7 +92,7 @@ class LaunchOverheadBoundRule(Rule):
         out: list[Verdict] = []
         for group in g.groups:
             out += self._group(facts, group, g.launch, t)
-        return out
+        return _one_finding_per_kind(out)
 
     # -- granularity facts -------------------------------------------------------------------
     def _group(self, facts: Facts, group: GranularityGroup, lc: LaunchCost | None,
@@ -137,7 +139,9 @@ class LaunchOverheadBoundRule(Rule):
                                                  ("recomputes nothing", no_recompute)) if on)
             cost = f" ({v.time_added_pct:+.0f}% step time vs none)" if v.time_added_pct is not None else ""
             return self.fired("info", f"{subject} {what}{cost}", ev, memory_note + " " + _region_cost_text(v, lc),
-                              _instead(group, v, refs[0] if refs else v, no_saving), subject=subject)
+                              _instead(group, v, refs[0] if refs else v, no_saving), subject=subject,
+                              line=f"{v.variant} checkpointing ({v.description.split(',')[0]}) saves no memory on "
+                                   "this stack" if no_saving else "")
         return inconclusive
 
     def _compare(self, facts: Facts, group: GranularityGroup, v: GranularityVariant, base: GranularityVariant,
@@ -171,7 +175,8 @@ class LaunchOverheadBoundRule(Rule):
         explained = shares[CAUSE_LAUNCH] + shares[CAUSE_HOST]
         ev += [Evidence("launch overhead estimate (extra kernels x launch cost)", launch_ms, "ms"),
                Evidence("host overhead estimate (extra regions x measured region cost)", region_ms, "ms"),
-               Evidence("share of the extra time explained", 100.0 * min(explained, 9.99), "%")]
+               Evidence("overhead estimate / extra time (above 1: the estimate exceeds what was added)",
+                        explained, "x")]
         ev += _launch_evidence(lc) + _device_evidence(v)
         if explained < t["min_explained_share"]:
             return None, ev
@@ -200,8 +205,16 @@ class LaunchOverheadBoundRule(Rule):
               launch_ms: float | None, d_kernels: float | None, ev: list[Evidence], memory_note: str,
               no_saving: bool, t: dict[str, float]) -> Verdict:
         subject = f"{group.name}/{v.variant}"
-        headline = (f"{subject}: {dt_pct:+.0f}% step time over {base.variant}, "
-                    f"{100 * min(shares[cause], 9.99):.0f}% of it {cause}")
+        share = shares[cause]
+        if share <= 1.0:
+            tail = f"{100 * share:.0f}% of it {cause}"
+        else:  # an estimate above the time added is not a share: say what the number is
+            tail = f"{cause} alone estimated at {share * dt_ms:.1f} ms, more than the {dt_ms:.1f} ms added"
+        headline = f"{subject}: {dt_pct:+.0f}% step time over {base.variant}, {tail}"
+        if cause == CAUSE_LAUNCH:
+            line = f"kernel launches cost {lc.launch_us:.1f} us here: small checkpoint regions turn launch-bound"
+        else:
+            line = f"each checkpoint region costs ~{lc.region_fixed_us:,.0f} us of host time here: avoid small ones"
         if v.device_idle_share is None:
             device = ("The device side was not measured here (" + facts.missing_reason("granularity.kernels_per_step")
                       + "), so the verdict rests on the measured costs alone.")
@@ -219,15 +232,18 @@ class LaunchOverheadBoundRule(Rule):
                    f"{shares[cause] * dt_ms:.1f} ms of the {dt_ms:.1f} ms added. ")
         return self.fired("warning", headline, ev, why + device + (" " + memory_note if memory_note else ""),
                           _instead(group, v, base, no_saving) + " " + _graphs_text(cause, lc, d_kernels, launch_ms, facts, t),
-                          subject=subject)
+                          subject=subject, line=line)
 
     # -- a bare trace -----------------------------------------------------------------------
     def _trace_only(self, facts: Facts, t: dict[str, float]) -> list[Verdict]:
         keys = ["all"] if "all" in facts.trace else [k for k in facts.trace if "|" not in k]
         out = []
         for key in keys:
-            out.append(self._trace_window(facts, key, facts.trace[key], t))
-        return out or [self.inconclusive("no whole-trace window in the trace metrics")]
+            v = self._trace_window(facts, key, facts.trace[key], t)
+            v.scope, v.topic = CONFIGURATION, "trace"  # a user's own trace is the configuration they train
+            out.append(v)
+        return out or [self.inconclusive("no whole-trace window in the trace metrics", scope=CONFIGURATION,
+                                         topic="trace")]
 
     def _trace_window(self, facts: Facts, key: str, m: TraceMetrics, t: dict[str, float]) -> Verdict:
         subject = f"trace:{key}"
@@ -279,6 +295,20 @@ class LaunchOverheadBoundRule(Rule):
 
 
 # -- helpers -------------------------------------------------------------------------------
+
+def _one_finding_per_kind(out: list[Verdict]) -> list[Verdict]:
+    """Device findings (Verdict.line) are lessons about the device, not about one variant: keep the line
+    of the most severe verdict of each kind (launches, region cost, no saving) and drop the others."""
+    seen: set[str] = set()
+    for v in sorted(out, key=lambda v: (SEVERITY_ORDER.get(v.severity, 9), not v.subject.startswith("model/"))):
+        if not v.line:
+            continue
+        kind = "saving" if v.severity == "info" else v.line.split(" ")[0]  # "kernel" | "each"
+        if kind in seen:
+            v.line = ""
+        seen.add(kind)
+    return out
+
 
 def region_host_ms(v: GranularityVariant, lc: LaunchCost | None) -> float | None:
     """Host time per step of a variant's checkpoint regions: regions x fixed cost + ops inside

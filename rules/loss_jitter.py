@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gcdoctor.engine import Evidence, Rule, Verdict
+from gcdoctor.engine import CONFIGURATION, EXPERIMENT, Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.jitter import JitterComparison, JitterFacts
 
@@ -125,6 +125,7 @@ class LossJitterRule(Rule):
     slug = "loss-jitter"
     title = "Loss jitter from recomputation"
     requires = ("jitter.comparisons",)
+    topic = "jitter"
     defaults = {
         # A GC-vs-no-GC difference counts as noise up to 3x the run-to-run difference. Both are
         # differences between two draws of the same noise over millions of gradient elements, so
@@ -147,7 +148,15 @@ class LossJitterRule(Rule):
         out: list[Verdict] = []
         for c in j.comparisons:
             if c.role in VERDICT_ROLES:
-                out.append(self._judge(j, c, t))
+                v = self._judge(j, c, t)
+                # checkpointing on vs off is the user's setting; the dropout runs are the probe's experiments
+                v.scope = CONFIGURATION if c.role == "main" else EXPERIMENT
+                v.topic = self.topic
+                if c.role == "main" and not v.line and v.status != "inconclusive":
+                    v.line = ("checkpointing changes training: a systematic difference at step 1"
+                              if v.status == "fired" else
+                              "checkpointing is numerically benign: losses and gradients agree to noise")
+                out.append(v)
         return out or self.inconclusive("the jitter probe recorded no checkpointed run to compare")
 
     # ------------------------------------------------------------------------------------------
@@ -174,7 +183,9 @@ class LossJitterRule(Rule):
         if cls.kind == SYSTEMATIC:
             return self.fired(
                 "critical", f"Checkpointing changes training ({subject}): {CLASS_TEXT[SYSTEMATIC]} — {numbers}",
-                ev, self._why(cls.kind, j), self._fix(cls.kind), subject)
+                ev, self._why(cls.kind, j), self._fix(cls.kind), subject,
+                line="" if c.role == "main" else
+                "recompute does not replay dropout here: gradients differ (RNG state not restored)")
         word = "bitwise transparent" if cls.kind == IDENTICAL else "numerically benign"
         return Verdict(self.code, self.slug, "passed", "ok",
                        f"Checkpointing is {word} ({subject}): {CLASS_TEXT[cls.kind]} — {numbers}",
@@ -225,7 +236,11 @@ class LossJitterRule(Rule):
         else:
             parts.append(f"gradient rel-L2 {c.grad_rel_l2:.2g} vs run-to-run {base.grad_rel_l2:.2g}")
             if cls.worst_group is not None and cls.grad_ratio is not None:
-                parts.append(f"{cls.worst_group} {cls.worst_rel_l2:.2g} = {_times(cls.grad_ratio)} its noise floor")
+                if base.grad_rel_l2_by_group.get(cls.worst_group, 0.0) > 0:
+                    parts.append(f"{cls.worst_group} {cls.worst_rel_l2:.2g} = {_times(cls.grad_ratio)} its noise floor")
+                else:  # the runs without checkpointing agree bitwise: the floor is the dtype's rounding alone
+                    parts.append(f"{cls.worst_group} {cls.worst_rel_l2:.2g} against run-to-run 0 (bitwise equal) and "
+                                 f"a rounding floor of {cls.worst_floor:.2g}")
         if c.losses_equal:
             parts.append("all losses bitwise equal")
         else:

@@ -30,6 +30,7 @@ class ModelStatesDominateRule(Rule):
     slug = "model-states-dominate"
     title = "Model states dominate"
     requires = ("sweep.measurements",)
+    topic = "memory"
     defaults = {
         # above half the card for states alone, activations compete for the rest
         "max_state_share_pct": 50.0,
@@ -54,5 +55,5 @@ class ModelStatesDominateRule(Rule):
                 f"Model states take {share:.0f}% of the device's memory: checkpointing cannot free that",
                 ev, "Checkpointing only shrinks activations; parameters, gradients and optimizer states stay.",
                 "Shard states (ZeRO/FSDP), offload the optimizer (ZeRO-Offload), use an 8-bit optimizer, or train "
-                "adapters (LoRA).")
+                "adapters (LoRA).", line=f"model states take {share:.0f} % of the device: checkpointing cannot free it")
         return self.passed(f"Model states take {share:.0f}% of the device's memory", ev)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gcdoctor.engine import Evidence, Rule, Verdict
+from gcdoctor.engine import CONFIGURATION, EXPERIMENT, SEVERITY_ORDER, Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.offload import OffloadVariant, device_busy_share, read_copies, stall_shares
 from gcdoctor.rules._offload import CpuLoad, link_peak, ms, pct, steps_in, window
@@ -110,6 +110,8 @@ class OffloadStallRule(Rule):
     slug = "offload-stall"
     title = "Offload stall"
     requires = ()  # offload facts, or else a bare trace: checked in check()
+    scope = EXPERIMENT  # the offload probe's variants; a bare trace's verdict is configuration
+    topic = "offload"
     defaults = {
         # "material": a tenth of the step. Below it the stall is within the run-to-run spread of a
         # median of a few steps and below what a recompute policy change moves (selective recompute
@@ -144,7 +146,10 @@ class OffloadStallRule(Rule):
         if o is not None and o.variants:
             return self._variants(facts, t)
         if "all" in facts.trace:
-            return self._bare_trace(facts, t)
+            out = self._bare_trace(facts, t)
+            for v in out:
+                v.scope, v.topic = CONFIGURATION, "trace"
+            return out
         return [self.inconclusive(facts.missing_reason("offload"))]
 
     # -- the offload probe -------------------------------------------------------------------
@@ -170,6 +175,7 @@ class OffloadStallRule(Rule):
             return [self.inconclusive("no offload variant has device trace metrics: " + "; ".join(why_not))]
         out = [self._judge(r, t) for r in readings]
         fired = [v for v in out if v.status == "fired"]
+        _device_finding(fired, readings)
         if not fired:
             ev = [Evidence(f"added stall, {r.subject}", pct(r.judged_share), "%") for r in readings]
             return [self.passed("No offload variant stalls the device for a material share of the step "
@@ -225,6 +231,23 @@ class OffloadStallRule(Rule):
         recommendation = "; ".join(f"{c}: {FIXES[c]}" for c in causes) + (
             ". If the memory allows, checkpointing without offload is cheaper than moving the bytes.")
         return self.fired(severity, headline, ev, " ".join(parts), recommendation, subject=r.subject)
+
+
+def _device_finding(fired: list[Verdict], readings: list[StallReading]) -> None:
+    """One line for the bottom line: what CPU offload costs on this device at best (the cheapest
+    variant that stalls, against layer checkpointing without offload), and any variant cheap enough
+    not to stall. It goes on the most severe verdict."""
+    costs = {r.subject: r.slowdown_pct for r in readings if r.slowdown_pct is not None}
+    stalled = {v.subject for v in fired if costs.get(v.subject) is not None}
+    if not stalled:
+        return
+    best = min(stalled, key=costs.get)
+    cheap = sorted((s for s in costs if s not in stalled), key=costs.get)
+    line = (f"CPU offload costs {costs[best]:+.0f} % step time or more here ({best}): avoid it unless memory "
+            "forces it")
+    if cheap:
+        line += f"; {cheap[0]} costs {costs[cheap[0]]:+.0f} %"
+    min(fired, key=lambda v: SEVERITY_ORDER.get(v.severity, 9)).line = line
 
 
 def _explain(cause: str, r: StallReading) -> str:

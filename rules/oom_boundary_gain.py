@@ -29,6 +29,7 @@ class OomBoundaryGainRule(Rule):
     slug = "oom-boundary-gain"
     title = "OOM boundary gain"
     requires = ("sweep.max_batch",)
+    topic = "sweep"
     defaults = {
         # a checkpointing that does not at least raise the batch by half rarely pays its ~25-35%
         "min_gain": 1.5,
@@ -51,12 +52,13 @@ class OomBoundaryGainRule(Rule):
                               "Even one sequence with recomputation runs out of memory: the model states or the "
                               "loss block exceed the device.",
                               "Shard or offload the optimizer (ZeRO/FSDP, ZeRO-Offload), shorten the sequence, or "
-                              "use a chunked loss.")
+                              "use a chunked loss.", line="batch 1 does not fit, with or without checkpointing")
         if off is None:
             return self.fired("info", f"Checkpointing is required: batch 1 does not fit without it; with it, "
                               f"{at_least}{on} fits", ev,
                               "Without recomputation the activations of one sequence exceed the memory left by "
-                              "the model states.", "Keep checkpointing; tune its granularity for speed (GC010).")
+                              "the model states.", "Keep checkpointing; tune its granularity for speed (GC010).",
+                              line=f"checkpointing is required: batch 1 needs it; with it {at_least}{on} fits")
         if on is None:
             return self.inconclusive("the search with checkpointing found no fitting batch")
         gain = on / off
@@ -67,5 +69,7 @@ class OomBoundaryGainRule(Rule):
                               "The recompute is paid on every step but buys little headroom: most memory is "
                               "outside the checkpointed layers (model states, logits and loss).",
                               "See the memory-saving and model-states verdicts; consider sharding/offloading "
-                              "optimizer states or a chunked cross-entropy instead.")
-        return self.passed(f"Checkpointing raises the largest batch from {off} to {at_least}{on} ({gain:.1f}x)", ev)
+                              "optimizer states or a chunked cross-entropy instead.",
+                              line=f"largest batch only {off} -> {at_least}{on} with checkpointing ({gain:.2f}x)")
+        return self.passed(f"Checkpointing raises the largest batch from {off} to {at_least}{on} ({gain:.1f}x)", ev,
+                           line=f"largest batch {off} -> {at_least}{on} with layer checkpointing ({gain:.1f}x)")

@@ -50,6 +50,7 @@ class PcieSaturatedIdleRule(Rule):
     slug = "pcie-saturated-idle"
     title = "PCIe saturated while the device idles"
     requires = ("monitor.windows",)
+    topic = "monitor"
     defaults = {
         # copies reach about 80-90% of the encoded link peak (TLP headers, flow control; see
         # gcdoctor/telemetry/pcie.py): at 80% the link is as busy as it gets

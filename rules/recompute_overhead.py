@@ -33,6 +33,7 @@ class RecomputeOverheadRule(Rule):
     slug = "recompute-overhead"
     title = "Recompute overhead"
     requires = ("sweep.measurements",)
+    topic = "sweep"
     defaults = {
         # about one extra forward: <= +33% FLOPs, +20..39% seen in time (REFERENCES.md section 3)
         "max_overhead_pct": 35.0,
@@ -66,7 +67,8 @@ class RecomputeOverheadRule(Rule):
                 "real GPUs). More than that means the recompute pays for something besides its math: many small "
                 "kernels, host work per region, or copies.",
                 "Look at the granularity and offload verdicts; checkpoint whole decoder layers; use every_n_layers "
-                "or MLP-only checkpointing to give memory back for speed; try CUDA graphs or torch.compile.")
+                "or MLP-only checkpointing to give memory back for speed; try CUDA graphs or torch.compile.",
+                line=f"checkpointing costs {pct:+.0f} % at batch {b}, above the normal {band}")
         if pct < t["min_overhead_pct"]:
             return self.fired(
                 "info", f"Checkpointing costs only {pct:.0f}% at batch {b}: little or nothing is recomputed",
@@ -74,8 +76,9 @@ class RecomputeOverheadRule(Rule):
                 "+20% or more. An overhead this small means few regions are checkpointed, or the step is "
                 "dominated by something else (optimizer, host).",
                 "Check that checkpointing is enabled in train mode and covers the decoder layers; compare the "
-                "memory-saving verdict.")
-        return self.passed(f"Checkpointing costs {pct:.0f}% step time at batch {b}, inside the normal band ({band})", ev)
+                "memory-saving verdict.", line=f"checkpointing costs only {pct:+.0f} % at batch {b}: little is recomputed")
+        return self.passed(f"Checkpointing costs {pct:.0f}% step time at batch {b}, inside the normal band ({band})", ev,
+                           line=f"checkpointing costs {pct:+.0f} % step time at batch {b} (normal {band})")
 
 
 def _spread_pct(times: list[float]) -> float:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from gcdoctor.engine import Evidence, Rule
 from gcdoctor.facts import Facts
+from gcdoctor.rules._scope import probe_of, scope_of
 
 
 class RecomputeShareRule(Rule):
@@ -38,14 +39,17 @@ class RecomputeShareRule(Rule):
     }
 
     def check(self, facts: Facts, t: dict[str, float]):
-        windows = {k: tm for k, tm in facts.trace.items() if "|" not in k and tm.recompute_share is not None
-                   and tm.recompute_busy_us}
+        # whole runs only: a probe variant's trace ("sweep/gc") or a bare trace's "all"; never a labelled
+        # window of its own (a bare trace's "recompute" window is all recompute by construction)
+        windows = {k: tm for k, tm in facts.trace.items() if ("/" in k or k == "all") and "|" not in k
+                   and tm.recompute_share is not None and tm.recompute_busy_us}
         if not windows:
             return self.inconclusive("no profiled window has labelled recompute ranges "
                                      "(label checkpoints with gcdoctor.capture.labelled_context_fn)")
         out = []
         for key, tm in sorted(windows.items()):
             share = 100.0 * tm.recompute_share
+            where = dict(subject=key, scope=scope_of(key), topic=probe_of(key))
             ev = [Evidence("busy time in recompute ranges", tm.recompute_busy_us / 1e3, "ms"),
                   Evidence("device busy time", (tm.busy_us or 0) / 1e3, "ms"), Evidence("recompute share", share, "%")]
             if share > t["max_recompute_share_pct"]:
@@ -54,7 +58,7 @@ class RecomputeShareRule(Rule):
                     "Recomputing a forward should cost about a quarter of a checkpointed step's device time; more "
                     "means the recompute repeats more than one forward or launches more than it computes.",
                     "Look for nested checkpoints, use use_reentrant=False, checkpoint whole layers (see GC010).",
-                    subject=key))
+                    line=f"recompute takes {share:.0f} % of device time in {key} (about 25 % expected)", **where))
             else:
-                out.append(self.passed(f"{key}: recomputation takes {share:.0f}% of device busy time", ev, subject=key))
+                out.append(self.passed(f"{key}: recomputation takes {share:.0f}% of device busy time", ev, **where))
         return out

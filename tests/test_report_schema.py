@@ -136,7 +136,7 @@ def test_every_type_the_document_names_is_documented():
 @pytest.mark.parametrize("run", RUNS, ids=[r.name for r in RUNS])
 def test_report_rendered_from_a_recorded_run_conforms_exactly(run):
     report = fresh_report(run)
-    assert report["schema"] == REPORT_SCHEMA == "gcdoctor.report/1"
+    assert report["schema"] == REPORT_SCHEMA == "gcdoctor.report/2"
     assert conform(report, exact=True) == []
 
 

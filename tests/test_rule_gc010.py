@@ -139,12 +139,15 @@ def test_h200_synthetic_small_every_checkpointing_variant_is_host_bound(h200_fac
     assert small == {
         "synthetic-small/block": "synthetic-small/block: +213% step time over none, 72% of it host-side work "
                                  "per checkpoint region",
-        "synthetic-small/block-reentrant": "synthetic-small/block-reentrant: +137% step time over none, 111% of it "
-                                           "host-side work per checkpoint region",
-        "synthetic-small/linear": "synthetic-small/linear: +13% step time over block, 287% of it host-side work "
-                                  "per checkpoint region",
+        "synthetic-small/block-reentrant": "synthetic-small/block-reentrant: +137% step time over none, host-side "
+                                           "work per checkpoint region alone estimated at 16.3 ms, more than the "
+                                           "14.6 ms added",
+        # an estimate above the time added is said as an estimate, never as a share above 100%
+        "synthetic-small/linear": "synthetic-small/linear: +13% step time over block, host-side work per "
+                                  "checkpoint region alone estimated at 12.8 ms, more than the 4.5 ms added",
         "synthetic-small/linear-reentrant": "synthetic-small/linear-reentrant: +22% step time over "
-                                            "block-reentrant, 235% of it host-side work per checkpoint region",
+                                            "block-reentrant, host-side work per checkpoint region alone "
+                                            "estimated at 12.8 ms, more than the 5.4 ms added",
     }
     assert all(verdicts[k].severity == "warning" for k in small)
 
@@ -153,14 +156,16 @@ def test_h200_launches_are_never_the_cause(h200_facts):
     # 8.66 us per launch: at most 48 extra kernels per step (0.4 ms); the regions cost 0.86 ms each
     fired = [v for v in judge(h200_facts).values() if v.status == "fired" and v.severity == "warning"]
     assert len(fired) == 6
-    assert all(v.headline.endswith("host-side work per checkpoint region") for v in fired)
+    assert all("host-side work per checkpoint region" in v.headline and "kernel launches" not in v.headline
+               for v in fired)
     ev = {e.label: e.value for e in judge(h200_facts)["synthetic-small/block-reentrant"].evidence}
     assert round(ev["launch overhead estimate (extra kernels x launch cost)"], 3) == 0.415
 
 
 def test_h200_synthetic_large_per_linear_regions_are_pure_bookkeeping(h200_facts):
     v = judge(h200_facts)["synthetic-large/linear"]
-    assert v.headline == "synthetic-large/linear: +41% step time over none, 271% of it host-side work per checkpoint region"
+    assert v.headline == ("synthetic-large/linear: +41% step time over none, host-side work per checkpoint region "
+                          "alone estimated at 29.1 ms, more than the 10.7 ms added")
     assert "saves no activation memory and recomputes nothing" in v.explanation
     assert "Best trade-off measured in synthetic-large: block (1,024.0 MiB saved, +31% step time)" in v.recommendation
 
@@ -180,7 +185,8 @@ def test_h200_synthetic_large_block_sits_just_under_the_idle_bar(h200_facts):
     assert round(h200_facts.granularity.group("synthetic-large").get("block").device_idle_share, 3) == 0.297
     assert "synthetic-large/block" not in judge(h200_facts)
     v = judge(h200_facts, min_idle_share=0.25)["synthetic-large/block"]
-    assert v.headline == "synthetic-large/block: +31% step time over none, 200% of it host-side work per checkpoint region"
+    assert v.headline == ("synthetic-large/block: +31% step time over none, host-side work per checkpoint region "
+                          "alone estimated at 16.3 ms, more than the 8.1 ms added")
 
 
 # -- a bare trace -----------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from gcdoctor.engine import SEVERITY_ORDER, Evidence, Verdict
 from gcdoctor.facts import Facts
+from gcdoctor.report.json_report import REPORT_SCHEMA
 from gcdoctor.report.html_parts import Raw, fbytes, kv, section, table
 from gcdoctor.report.html_jitter import jitter_section
 from gcdoctor.report.html_offload import offload_section
@@ -220,7 +221,7 @@ def render_html(facts: Facts, verdicts: list[Verdict], run_dir: str | Path | Non
         parts += [p for p in (out if isinstance(out, list) else [out]) if p]
     body = "".join(parts)
     e = facts.environment
-    footer = (f"<footer>gcdoctor {esc(e.gcdoctor or '')} · report schema gcdoctor.report/1 · every figure above "
+    footer = (f"<footer>gcdoctor {esc(e.gcdoctor or '')} · report schema {REPORT_SCHEMA} · every figure above "
               f"was measured on {esc(e.device_name or 'unknown device')} ({esc(e.device_kind)}), torch "
               f"{esc(e.torch or '—')}, with the settings listed under Environment.</footer>")
     title = f"gcdoctor: {facts.model.name if facts.model else 'trace'} on {e.device_name or 'unknown device'}"

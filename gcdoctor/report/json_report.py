@@ -7,7 +7,7 @@ from typing import Any
 from gcdoctor.engine import Verdict
 from gcdoctor.facts import Facts
 
-REPORT_SCHEMA = "gcdoctor.report/1"
+REPORT_SCHEMA = "gcdoctor.report/2"
 
 
 def render_json(facts: Facts, verdicts: list[Verdict]) -> dict[str, Any]:
