@@ -12,6 +12,7 @@ from gcdoctor.rules.model_states_dominate import ModelStatesDominateRule
 from gcdoctor.rules.offload_stall import OffloadStallRule
 from gcdoctor.rules.oom_boundary_gain import OomBoundaryGainRule
 from gcdoctor.rules.pcie_saturated_idle import PcieSaturatedIdleRule
+from gcdoctor.rules.prescription import PrescriptionRule
 from gcdoctor.rules.recompute_overhead import RecomputeOverheadRule
 from gcdoctor.rules.recompute_share import RecomputeShareRule
 
@@ -21,6 +22,7 @@ ALL_RULES: list[Rule] = [
     OomBoundaryGainRule(),
     ModelStatesDominateRule(),
     GcUnneededRule(),
+    PrescriptionRule(),
     RecomputeShareRule(),
     LaunchOverheadBoundRule(),
     OffloadStallRule(),

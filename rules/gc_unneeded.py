@@ -46,10 +46,9 @@ class GcUnneededRule(Rule):
         if target is None:
             if best_off is None:
                 return self.passed("Checkpointing is needed: batch 1 does not fit without it", ev)
-            return self.fired("info", f"Without checkpointing, batches up to {best_off} fit{cost}: if you train at "
-                              "that batch or smaller, checkpointing is unneeded", ev,
-                              "No --target-batch was given, so this is the boundary rather than a verdict.",
-                              "Pass --target-batch N (your per-device micro-batch) for a verdict.")
+            # no target: the boundary, not a verdict (the prescription, GC007, weighs the batch against speed)
+            return self.passed(f"Without checkpointing, batches up to {best_off} fit{cost}: at that batch or "
+                               "smaller checkpointing is unneeded (pass --target-batch N for a verdict on yours)", ev)
         ev.insert(0, Evidence("target batch", target))
         if best_off is not None and target <= best_off:
             return self.fired("warning", f"Checkpointing is unneeded: the target batch {target} fits without it"

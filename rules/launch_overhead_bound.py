@@ -140,8 +140,8 @@ class LaunchOverheadBoundRule(Rule):
             cost = f" ({v.time_added_pct:+.0f}% step time vs none)" if v.time_added_pct is not None else ""
             return self.fired("info", f"{subject} {what}{cost}", ev, memory_note + " " + _region_cost_text(v, lc),
                               _instead(group, v, refs[0] if refs else v, no_saving), subject=subject,
-                              line=f"{v.variant} checkpointing ({v.description.split(',')[0]}) saves no memory on "
-                                   "this stack" if no_saving else "")
+                              line=f"{v.variant} checkpointing ({v.description.split(',')[0]}) saves nothing "
+                                   "here" if no_saving else "")
         return inconclusive
 
     def _compare(self, facts: Facts, group: GranularityGroup, v: GranularityVariant, base: GranularityVariant,

@@ -88,21 +88,26 @@ def test_verdicts_that_appear_disappear_or_change_severity(runs):
     a, _ = runs
     before = a.verdicts
     fired = [v for v in before if v.status == "fired"]
-    assert len(fired) >= 2, "the sample run should have at least two fired verdicts"
+    passed = [v for v in before if v.status == "passed"]
+    assert fired and len(passed) >= 2, "the sample run should have a fired and two passed verdicts"
     after = copy.deepcopy(before)
-    gone = next(v for v in after if v.key == fired[0].key)
-    gone.status, gone.severity = "passed", "ok"  # the fix worked
-    worse = next(v for v in after if v.key == fired[1].key)
+    worse = next(v for v in after if v.key == fired[0].key)
     worse.severity = "critical" if worse.severity != "critical" else "warning"
+    broke = next(v for v in after if v.key == passed[0].key)
+    broke.status, broke.severity = "fired", "warning"  # a regression
     new = copy.deepcopy(worse)
     new.code, new.subject = "GC099", "new-subject"
     after.append(new)
     kinds = {(c.code, c.subject): c.kind for c in verdict_changes(before, after)}
-    assert kinds[fired[0].key] == "disappeared"
-    assert kinds[fired[1].key] == "severity"
+    assert kinds[fired[0].key] == "severity"
+    assert kinds[passed[0].key] == "appeared"
     assert kinds[("GC099", "new-subject")] == "appeared"
-    assert all(k == "same" for key, k in kinds.items() if key not in (fired[0].key, fired[1].key,
+    assert all(k == "same" for key, k in kinds.items() if key not in (fired[0].key, passed[0].key,
                                                                        ("GC099", "new-subject")))
+    fixed = copy.deepcopy(before)
+    gone = next(v for v in fixed if v.key == fired[0].key)
+    gone.status, gone.severity = "passed", "ok"  # the fix worked
+    assert {(c.code, c.subject): c.kind for c in verdict_changes(before, fixed)}[fired[0].key] == "disappeared"
     assert all(c.kind == "same" for c in verdict_changes(before, copy.deepcopy(before)))
 
 

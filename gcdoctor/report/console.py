@@ -1,30 +1,77 @@
-"""The concise summary printed at the end of a run (and by `analyze`)."""
+"""The summary printed at the end of a run (and by `analyze`): the bottom line first, then what to do
+about each configuration verdict, then the experiments' findings grouped by probe, all within the
+terminal's width (80 columns when the output is not a terminal)."""
 from __future__ import annotations
 
-from gcdoctor.engine import Verdict
+import shutil
+import sys
+import textwrap
+
+from gcdoctor.engine import EXPERIMENT, SEVERITY_ORDER, Verdict
 from gcdoctor.facts import Facts
+from gcdoctor.report.bottom_line import MARK, PRESCRIPTION, WIDTH, bottom_line_for
 from gcdoctor.report.format import text_table
 from gcdoctor.report.sweep import sweep_rows
 
-MARK = {"critical": "!!", "warning": "! ", "info": "i ", "ok": "ok", "inconclusive": "? "}
+TOPIC_TITLE = {"granularity": "granularity", "offload": "offload", "jitter": "loss jitter", "launch": "launch cost",
+               "trace": "trace", "sweep": "batch sweep", "memory": "memory"}
 
 
-def summary(facts: Facts, verdicts: list[Verdict], report_path: str | None = None) -> str:
-    lines = []
+def output_width(stream=None) -> int:
+    """The terminal's width when writing to one, else 80 (logs, pipes, CI)."""
+    stream = stream or sys.stdout
+    if hasattr(stream, "isatty") and stream.isatty():
+        return max(40, shutil.get_terminal_size((WIDTH, 24)).columns)
+    return WIDTH
+
+
+def wrap(text: str, width: int, indent: str = "", first: str | None = None, max_lines: int | None = None) -> list[str]:
+    """`text` wrapped to `width` columns: `first` prefixes the first line, `indent` the others."""
+    first = indent if first is None else first
+    lines = textwrap.wrap(" ".join(str(text).split()), width, initial_indent=first, subsequent_indent=indent,
+                          break_long_words=True, break_on_hyphens=False) or [first.rstrip()]
+    if max_lines is not None and len(lines) > max_lines:
+        lines = lines[:max_lines]
+        lines[-1] = lines[-1][:width - 1] + "…"
+    return lines
+
+
+def fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def _mark(v: Verdict) -> str:
+    return MARK.get(v.severity, "?")
+
+
+def summary(facts: Facts, verdicts: list[Verdict], report_path: str | None = None, width: int | None = None) -> str:
+    width = width or output_width()
+    lines = [r.render(width) for r in bottom_line_for(facts, verdicts, width)]
+    config = [v for v in verdicts if v.scope != EXPERIMENT and v.topic != PRESCRIPTION
+              and v.status in ("fired", "error")]
+    if config:
+        lines += ["", "What to do about your configuration:"]
+        for v in config:
+            lines += wrap(f"{v.code} {v.headline}", width, " " * 7, first=f"  {_mark(v):<4} ")
+            if v.recommendation:
+                lines += wrap(v.recommendation, width, " " * 10, first="       -> ", max_lines=4)
     if facts.sweep is not None and facts.sweep.measurements:
         rows = [r[:3] + r[4:7] for r in sweep_rows(facts)]
-        lines += [text_table(["variant", "batch", "step ms", "tok/s", "MFU", "peak GiB"], rows), ""]
-    for v in verdicts:
-        if v.status == "inconclusive":
-            continue
-        lines.append(f"[{MARK.get(v.severity, '  ')}] {v.code} {v.headline}")
-        if v.status == "fired" and v.recommendation:
-            lines.append(f"       -> {v.recommendation}")
-    skipped = sorted({v.code for v in verdicts if v.status == "inconclusive"})
+        lines += ["", "Batch sweep (median of the measured steps):"]
+        lines += [fit("  " + x.rstrip(), width) for x in text_table(["variant", "batch", "step ms", "tok/s", "MFU", "peak GiB"],
+                                                          rows).splitlines()]
+    experiments = [v for v in verdicts if v.scope == EXPERIMENT and v.status in ("fired", "error")]
+    if experiments:
+        lines += ["", "Experiments: what the probes' variants showed about this device"]
+        by_topic: dict[str, list[Verdict]] = {}
+        for v in sorted(experiments, key=lambda v: (SEVERITY_ORDER.get(v.severity, 9), v.code, v.subject)):
+            by_topic.setdefault(v.topic or "other", []).append(v)
+        for topic, vs in by_topic.items():
+            lines.append(f"  {TOPIC_TITLE.get(topic, topic)}:")
+            lines += [fit(f"    {_mark(v):<4} {v.code} {v.headline}", width) for v in vs]
+    skipped = sorted({v.code for v in verdicts if v.status == "inconclusive" and v.topic != PRESCRIPTION})
     if skipped:
-        lines.append(f"[? ] not judged for lack of data: {', '.join(skipped)} (reasons in the report)")
-    if facts.settings.interrupted:
-        lines.append("(interrupted: partial results)")
+        lines += [""] + wrap(f"Not judged for lack of data: {', '.join(skipped)} (reasons in the report).", width)
     if report_path:
-        lines.append(f"report: {report_path}")
+        lines += ["", f"report: {report_path}"]  # never cut: it is copied and pasted
     return "\n".join(lines)

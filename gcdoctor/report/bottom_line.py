@@ -1,0 +1,168 @@
+"""The bottom line: the answer to "is checkpointing doing what I think, and what should I change?" in
+at most 12 lines of 80 columns, the same in the console summary, report.md, report.html's first screen
+and the TUI's verdict panel (DESIGN.md, "What the user reads first").
+
+In order: what stopped the run from being complete (a crashed probe, a rule that raised, an
+interruption), the configuration verdicts that fired (most severe first) or, when none did, the ones
+that passed, the prescription, at most three device findings from the experiments, and how many
+further findings there are below. The rules decide what each line says (`Verdict.line`) and which
+experiment verdicts are device findings; this module only selects by scope and severity, orders, wraps
+and counts.
+"""
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+
+from gcdoctor.engine import CONFIGURATION, EXPERIMENT, SEVERITY_ORDER, Verdict
+from gcdoctor.facts import Facts
+
+MAX_LINES = 12
+WIDTH = 80
+MARK_WIDTH = 6  # "  warn " : two spaces, a four-letter mark, one space
+MARK = {"error": "err", "critical": "crit", "warning": "warn", "info": "note", "ok": "ok",
+        "inconclusive": "?"}
+PRESCRIPTION = "prescription"  # Verdict.topic of the prescription rule (GC007)
+MAX_DEVICE_FINDINGS = 3
+
+
+@dataclass
+class Row:
+    """One line of the bottom line: a mark and the text, and the verdict it comes from (if any)."""
+
+    mark: str
+    text: str
+    key: tuple[str, str] | None = None  # (code, subject) of its verdict: the TUI opens it on Enter
+    cont: bool = False  # a continuation of the row above
+    title: bool = False  # the first row: "Bottom line: <what ran where>"
+
+    def render(self, width: int = WIDTH) -> str:
+        if self.title:
+            return self.text[:width]
+        head = "" if self.cont else self.mark
+        return f"  {head:<4} {self.text}"[:width]
+
+
+def _wrap(mark: str, text: str, key: tuple[str, str] | None, width: int, max_rows: int = 2) -> list[Row]:
+    """A text on one row, or wrapped over at most `max_rows` rows (the last one cut with an ellipsis)."""
+    avail = width - MARK_WIDTH - 1
+    parts = textwrap.wrap(" ".join(text.split()), avail) or [""]
+    if len(parts) > max_rows:
+        parts = parts[:max_rows]
+        last = parts[-1]
+        parts[-1] = (last[:avail - 1] if len(last) >= avail else last) + "…"
+    return [Row(mark, p, key, cont=i > 0) for i, p in enumerate(parts)]
+
+
+def _text(v: Verdict) -> str:
+    return v.line or v.headline
+
+
+def title_of(facts: Facts) -> str:
+    """'llama3-8b on NVIDIA H200, seq 4096, bf16, AdamW' from what the facts hold (nothing invented)."""
+    m, e, st = facts.model, facts.environment, facts.settings
+    what = m.name if m is not None and m.name else ("your trace" if st.command == "analyze" else "the run")
+    if m is not None and m.n_layers and m.n_layers_full and m.n_layers < m.n_layers_full:
+        what += f" ({m.n_layers} of {m.n_layers_full} layers)"
+    parts = [f"{what} on {e.device_name or e.device_kind or 'an unknown device'}"]
+    if m is not None and st.seq_len:
+        parts.append(f"seq {st.seq_len}")
+    if m is not None and st.dtype:
+        parts.append(st.dtype)
+    if m is not None and st.optimizer:
+        parts.append({"adamw": "AdamW", "sgd": "SGD"}.get(st.optimizer, st.optimizer))
+    return ", ".join(parts)
+
+
+def problems_of(facts: Facts) -> list[str]:
+    """What makes the run incomplete: an interruption, an error, probes that crashed."""
+    st = facts.settings
+    out = []
+    if st.interrupted:
+        out.append("the run was interrupted: the verdicts judge what was measured before it stopped")
+    if st.error:
+        out.append(f"the run ended with an error: {st.error}")
+    for name, reason in sorted(facts.unavailable.items()):
+        if "." not in name and reason.startswith("probe failed"):
+            out.append(f"probe {name} crashed ({reason[len('probe failed: '):]}): its verdicts are missing")
+    return out
+
+
+def bottom_line(verdicts: list[Verdict], title: str, problems: list[str] | None = None,
+                width: int = WIDTH, max_lines: int = MAX_LINES) -> list[Row]:
+    """The rows, title first, at most `max_lines` of at most `width` columns."""
+    ordered = sorted(verdicts, key=lambda v: (SEVERITY_ORDER.get(v.severity, 9), v.code, v.subject))
+    config = [v for v in ordered if v.scope != EXPERIMENT and v.topic != PRESCRIPTION]
+    fired = [v for v in config if v.status in ("fired", "error")]
+    passed = [v for v in config if v.status == "passed" and v.line]
+    prescription = [v for v in ordered if v.topic == PRESCRIPTION and (v.status != "inconclusive" or v.line)]
+    experiments = [v for v in ordered if v.scope == EXPERIMENT]
+    errors = [v for v in experiments if v.status == "error"]
+    findings = [v for v in experiments if v.line and v.status == "fired"][:MAX_DEVICE_FINDINGS]
+
+    # candidate blocks in priority order; each is shown whole or not at all
+    blocks: list[tuple[str, list[Row]]] = []
+    for p in problems or []:
+        blocks.append(("problem", _wrap("stop", p, None, width)))
+    for v in fired + errors:
+        blocks.append(("fired", _wrap(MARK.get(v.severity, "?"), _text(v), (v.code, v.subject), width)))
+    for v in passed:  # the healthy answers ("costs +22 %, saves 67 %") come before advice
+        blocks.append(("ok", _wrap("ok", _text(v), (v.code, v.subject), width, max_rows=1)))
+    for v in prescription:
+        blocks.append(("use", _wrap("use" if v.status != "inconclusive" else "?", _text(v),
+                                    (v.code, v.subject), width, max_rows=3)))
+    for v in findings:
+        blocks.append(("dev", _wrap("dev", _text(v), (v.code, v.subject), width)))
+    if not fired and not errors and not problems and not passed:
+        blocks.insert(0, ("healthy", [Row("?", "nothing about your configuration could be judged from what "
+                                              "was measured")]))
+
+    budget = max_lines - 2  # the title, and the pointer to the rest
+    shown: list[tuple[str, list[Row]]] = []
+    used = 0
+    left_out: dict[str, int] = {}
+    for kind, rows in blocks:
+        if used + len(rows) <= budget:
+            shown.append((kind, rows))
+            used += len(rows)
+        else:
+            left_out[kind] = left_out.get(kind, 0) + 1
+    order = ["problem", "healthy", "fired", "ok", "use", "dev"]
+    shown.sort(key=lambda b: order.index(b[0]))
+    out = [Row("", f"Bottom line: {title}", title=True)]
+    for _, rows in shown:
+        out += rows
+    pointer = _pointer(experiments, findings, left_out)
+    if pointer:
+        out += _wrap("...", pointer, None, width, max_rows=1)
+    return out
+
+
+def _pointer(experiments: list[Verdict], findings: list[Verdict], left_out: dict[str, int]) -> str:
+    more = [v for v in experiments if v.status == "fired" and v not in findings]
+    by_topic: dict[str, int] = {}
+    for v in more:
+        by_topic[v.topic or "other"] = by_topic.get(v.topic or "other", 0) + 1
+    parts = []
+    if left_out.get("fired") or left_out.get("problem"):
+        n = left_out.get("fired", 0) + left_out.get("problem", 0)
+        parts.append(f"{n} more configuration finding{'s' if n != 1 else ''}")
+    if by_topic:
+        n = sum(by_topic.values())
+        parts.append(f"{n} more experiment finding{'s' if n != 1 else ''} ("
+                     + ", ".join(f"{t} {k}" for t, k in sorted(by_topic.items(), key=lambda x: -x[1])) + ")")
+    if not parts:
+        return ""
+    return " and ".join(parts) + " below"
+
+
+def bottom_line_for(facts: Facts, verdicts: list[Verdict], width: int = WIDTH) -> list[Row]:
+    return bottom_line(verdicts, title_of(facts), problems_of(facts), width=width)
+
+
+def bottom_line_text(facts: Facts, verdicts: list[Verdict], width: int = WIDTH) -> str:
+    return "\n".join(r.render(width) for r in bottom_line_for(facts, verdicts, width))
+
+
+__all__ = ["CONFIGURATION", "MAX_LINES", "Row", "bottom_line", "bottom_line_for", "bottom_line_text",
+           "problems_of", "title_of"]

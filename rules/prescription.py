@@ -1,0 +1,187 @@
+"""GC007 prescription."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gcdoctor.engine import CONFIGURATION, Evidence, Rule, Verdict
+from gcdoctor.facts import Facts, Measurement
+
+POLICY = {"no_gc": "no checkpointing", "gc": "layer checkpointing"}
+
+
+@dataclass
+class Policy:
+    """One measured way to train the model: its largest batch and its throughput."""
+
+    variant: str
+    largest: int | None  # the largest batch that fits (the search's boundary, or the largest fixed batch)
+    points: dict[int, Measurement]  # fitting, timed measurements by batch
+
+    @property
+    def name(self) -> str:
+        return POLICY.get(self.variant, self.variant)
+
+    def best(self) -> Measurement | None:
+        """The batch with the most tokens/s: where this policy trains fastest per token."""
+        return max(self.points.values(), key=lambda m: m.tokens_per_s or 0.0, default=None)
+
+    def fits(self, batch: int) -> bool:
+        return self.largest is not None and batch <= self.largest
+
+
+def _spread_pct(m: Measurement) -> float:
+    times = m.step_ms
+    if len(times) < 2:
+        return 0.0
+    mid = sorted(times)[len(times) // 2]
+    return 100.0 * (max(times) - min(times)) / mid if mid else 0.0
+
+
+class PrescriptionRule(Rule):
+    """What it checks:
+    From what the batch sweep measured on the full model, which checkpointing policy trains the
+    user's target batch (--target-batch; without one, the largest batch any measured policy fits)
+    fastest: no checkpointing or layer checkpointing, each at its own measured largest batch. It
+    names the policy, the batch, its tokens/s, and the other policy at its own best batch (for
+    example: no checkpointing fits batch 2 at X tok/s; layer checkpointing batch 11 at Y tok/s).
+    When the timings are too noisy to rank the policies, or only one was measured, it says so
+    instead of choosing.
+
+    Why it matters:
+    Checkpointing trades step time for batch. The question a training job needs answered is not
+    whether checkpointing works but which setting to use: a larger per-device batch with
+    recomputation, or a smaller one without it (and gradient accumulation to the same global
+    batch), whichever moves more tokens per second. Without checkpointing a smaller batch is often
+    faster per token; with it the device runs a larger batch, which some jobs need.
+
+    Evidence:
+    Per policy: the largest batch that fits, the batch with the most tokens/s and its tokens/s,
+    tokens/s at the target batch; the target batch and where it came from; the step-to-step spread
+    of the timings compared.
+
+    How to fix:
+    Use the prescribed policy and batch with the settings given. If your global batch can be
+    reached with gradient accumulation at the smaller batch, prefer the faster policy per token.
+    Re-run with --target-batch N for the batch you train at.
+    """
+
+    code = "GC007"
+    slug = "prescription"
+    title = "Prescription: the fastest measured policy for the target batch"
+    requires = ("sweep.measurements",)
+    scope = CONFIGURATION
+    topic = "prescription"
+    defaults = {
+        # as GC001: timings whose steps spread by more than this cannot rank two policies
+        "max_spread_pct": 15.0,
+        # a difference between policies below this is within what a median of a few steps resolves
+        # (the H200 sweep's steps spread by 0.1-1.8%; GC001 allows 15% before refusing)
+        "min_difference_pct": 3.0,
+    }
+
+    def check(self, facts: Facts, t: dict[str, float]) -> Verdict:
+        s = facts.sweep
+        policies = []
+        for variant in ("no_gc", "gc"):
+            points = {m.batch_size: m for m in s.measurements
+                      if m.variant == variant and m.fits and m.tokens_per_s}
+            largest = s.max_batch.get(variant) if s.searched else max(points, default=None)
+            if variant in s.max_batch or points:
+                policies.append(Policy(variant, largest, points))
+        timed = [p for p in policies if p.points]
+        if len(timed) < 2:
+            only = timed[0].name if timed else "no policy"
+            return self._cannot(f"only {only} was measured: nothing to choose between", [])
+        largest = [p.largest for p in policies if p.largest is not None]
+        if s.target_batch is not None:
+            target, why = s.target_batch, "--target-batch"
+        elif largest:
+            target, why = max(largest), "the largest batch any measured policy fits (no --target-batch)"
+        else:
+            return self.fired("warning", "No measured policy fits batch 1", [],
+                              "Neither policy completed a training step of one sequence.",
+                              "See the memory verdicts: the model states or the loss block exceed the device.",
+                              line="no prescription: batch 1 fits with no measured policy")
+        ev = [Evidence("target batch", target), Evidence("target from", why)]
+        for p in policies:
+            best = p.best()
+            ev.append(Evidence(f"largest batch, {p.name}", p.largest))
+            if best is not None:
+                ev.append(Evidence(f"fastest batch, {p.name}", f"{best.batch_size}: {best.tokens_per_s:,.0f} tok/s"))
+        fitting = [p for p in policies if p.fits(target)]
+        if not fitting:
+            top = max(policies, key=lambda p: p.largest or 0)
+            return self.fired(
+                "warning", f"No measured policy fits batch {target}: the largest is {top.largest} with {top.name}",
+                ev, "Layer checkpointing is the policy that saves the most activation memory of those measured.",
+                "Lower the per-device batch and use gradient accumulation, shard or offload the optimizer states "
+                "(see the memory verdicts), or shorten the sequence.",
+                line=f"no measured policy fits batch {target}: the largest is {top.largest} ({top.name})")
+        compared = [m for p in timed for m in ([p.points[target]] if target in p.points else [])
+                    + ([p.best()] if p.best() is not None else [])]
+        spread = max((_spread_pct(m) for m in compared), default=0.0)
+        ev.append(Evidence("largest step-to-step spread of the compared points", spread, "%"))
+        if spread > t["max_spread_pct"]:
+            return self._cannot(f"step times vary by {spread:.0f}% from step to step (above "
+                                f"{t['max_spread_pct']:.0f}%): the timings cannot rank the policies", ev)
+        at_target = {p.variant: p.points.get(target) for p in fitting}
+        ranked = sorted((p for p in fitting if at_target[p.variant] is not None),
+                        key=lambda p: -at_target[p.variant].tokens_per_s)
+        if not ranked:
+            p = fitting[0]
+            return self._cannot(f"{p.name} fits batch {target} but was not timed there (fixed --batch-sizes?): "
+                                f"re-run with --batch-sizes {target}", ev)
+        choice = ranked[0]
+        m = at_target[choice.variant]
+        if len(ranked) > 1:
+            runner = at_target[ranked[1].variant]
+            diff = 100.0 * (m.tokens_per_s / runner.tokens_per_s - 1.0)
+            if diff < t["min_difference_pct"]:
+                # within the resolution of the timings: prefer the one that leaves memory free
+                choice = next((p for p in ranked if p.variant == "gc"), choice)
+                m = at_target[choice.variant]
+        others = [p for p in policies if p is not choice and p.best() is not None]
+        return self._prescribe(facts, choice, m, target, others, ev)
+
+    def _prescribe(self, facts: Facts, choice: Policy, m: Measurement, target: int, others: list[Policy],
+                   ev: list[Evidence]) -> Verdict:
+        s = facts.sweep
+        line = f"{choice.name} at batch {target}: {m.tokens_per_s:,.0f} tok/s"
+        why = [f"{choice.name.capitalize()} fits batch {target} and runs it at {m.tokens_per_s:,.0f} tokens/s "
+               f"({m.step_ms_median:,.0f} ms per step)."]
+        for o in others:
+            best = o.best()
+            rel = 100.0 * (best.tokens_per_s / m.tokens_per_s - 1.0)
+            if o.fits(target) and target in o.points:
+                other = o.points[target]
+                line += f"; {o.name} {other.tokens_per_s:,.0f} ({100 * (other.tokens_per_s / m.tokens_per_s - 1):+.0f} %)"
+                why.append(f"{o.name.capitalize()} runs the same batch at {other.tokens_per_s:,.0f} tokens/s.")
+            else:
+                upto = "" if best.batch_size == o.largest else f" (fits up to {o.largest})"
+                line += (f"; {o.name} at batch {best.batch_size}: {best.tokens_per_s:,.0f} tok/s{upto} "
+                         f"({rel:+.0f} %)")
+                why.append(f"{o.name.capitalize()} fits batch {o.largest} at most; its fastest measured batch, "
+                           f"{best.batch_size}, runs {best.tokens_per_s:,.0f} tokens/s ({rel:+.0f}%).")
+                if rel > 0:
+                    line += ", faster if accumulation reaches your global batch"
+                    why.append(f"If batch {best.batch_size} with gradient accumulation reaches your global batch, "
+                               f"{o.name} is the faster choice per token.")
+        settings = (f"checkpoint every decoder layer with {s.gc_api}" if choice.variant == "gc" and s.gc_api
+                    else "checkpoint every decoder layer (use_reentrant=False)" if choice.variant == "gc"
+                    else "turn checkpointing off (model.gradient_checkpointing_disable())")
+        cost = ""
+        off = next((o for o in others if o.variant == "no_gc"), None)
+        if choice.variant == "gc" and off is not None and target in off.points:
+            cost = (f" It costs {100 * (m.step_ms_median / off.points[target].step_ms_median - 1):+.0f}% "
+                    "step time against no checkpointing at the same batch.")
+        return self.fired(
+            "info", f"Use {choice.name} at batch {target}: {m.tokens_per_s:,.0f} tokens/s", ev,
+            " ".join(why) + cost,
+            f"Train at per-device batch {target} and {settings}.",
+            line=line)
+
+    def _cannot(self, reason: str, ev: list[Evidence]) -> Verdict:
+        v = self.inconclusive(reason)
+        v.evidence = list(ev)
+        v.line = f"no prescription: {reason}"
+        return v
