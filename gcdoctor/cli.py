@@ -63,7 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--threshold", action="append", default=[], help="override a rule threshold: GC001.max_overhead_pct=40")
     d.add_argument("--no-tui", action="store_true", help="plain console output instead of the live TUI")
     d.add_argument("--seed", type=int, help="random seed (default 0)")
-    d.add_argument("--fail-on", choices=["critical", "warning"], help="exit 1 if a verdict of this severity or worse fired")
+    d.add_argument("--fail-on", choices=["critical", "warning"],
+                   help="exit 1 if a configuration verdict of this severity or worse fired")
+    d.add_argument("--fail-on-experiments", action="store_true",
+                   help="with --fail-on, count the probes' experiment verdicts too")
     d.add_argument("-v", "--verbose", action="store_true")
 
     a = sub.add_parser("analyze", help="re-judge a recorded run directory or a profiler trace file")
@@ -71,7 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--out", help="where to write the reports (default: a new folder under ./gcdoctor-runs/)")
     a.add_argument("--config", help="TOML file with [thresholds.RULE] overrides")
     a.add_argument("--threshold", action="append", default=[])
-    a.add_argument("--fail-on", choices=["critical", "warning"])
+    a.add_argument("--fail-on", choices=["critical", "warning"],
+                   help="exit 1 if a configuration verdict of this severity or worse fired")
+    a.add_argument("--fail-on-experiments", action="store_true",
+                   help="with --fail-on, count the probes' experiment verdicts too")
 
     sub.add_parser("rules", help="list the rules")
     e = sub.add_parser("explain", help="print one rule's documentation")
@@ -147,11 +153,9 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     return cfg
 
 
-def _exit_code(verdicts: list, fail_on: str | None) -> int:
-    if not fail_on:
-        return 0
-    bad = {"critical"} if fail_on == "critical" else {"critical", "warning"}
-    return 1 if any(v.status == "fired" and v.severity in bad for v in verdicts) else 0
+def _exit_code(verdicts: list, args: argparse.Namespace) -> int:
+    from gcdoctor.engine import failing
+    return 1 if failing(verdicts, args.fail_on, getattr(args, "fail_on_experiments", False)) else 0
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
@@ -177,7 +181,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         verdicts = session.run()
     print()
     print(summary(session.facts, verdicts, str(session.report_path)))
-    return 130 if session.facts.settings.interrupted else _exit_code(verdicts, args.fail_on)
+    return 130 if session.facts.settings.interrupted else _exit_code(verdicts, args)
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -208,7 +212,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     facts.save(out / "facts.json")
     report = write_reports(out, facts, verdicts, source_dir=path if path.is_dir() else None)
     print(summary(facts, verdicts, str(report)))
-    return _exit_code(verdicts, args.fail_on)
+    return _exit_code(verdicts, args)
 
 
 def cmd_rules(args: argparse.Namespace) -> int:

@@ -48,7 +48,8 @@ def test_default_cpu_run_is_identical_and_catches_the_lost_rng_state(micro_llama
     assert (verdicts["attention dropout 0.1, preserve_rng_state=False (control)"].severity) == "info"
     assert kind(s.facts, "gc") == "identical" and kind(s.facts, "gc_dropout_no_rng") == "systematic"
     report = (tmp_path / "r" / "report.md").read_text()
-    assert "## Loss jitter: checkpointing on vs off" in report
+    assert "## Loss jitter from recomputation" in report
+    assert "| gc | main | gc vs no_gc_a | yes | yes |" in report  # the comparison row: bitwise identical
     assert Facts.load(tmp_path / "r" / "facts.json").jitter == j
 
 

@@ -11,7 +11,8 @@ from gcdoctor.engine import EXPERIMENT, SEVERITY_ORDER, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.report.bottom_line import MARK, PRESCRIPTION, WIDTH, bottom_line_for
 from gcdoctor.report.format import text_table
-from gcdoctor.report.sweep import sweep_rows
+from gcdoctor.report.model import format_value
+from gcdoctor.report.sections.sweep import sweep_rows
 
 TOPIC_TITLE = {"granularity": "granularity", "offload": "offload", "jitter": "loss jitter", "launch": "launch cost",
                "trace": "trace", "sweep": "batch sweep", "memory": "memory"}
@@ -56,10 +57,13 @@ def summary(facts: Facts, verdicts: list[Verdict], report_path: str | None = Non
             if v.recommendation:
                 lines += wrap(v.recommendation, width, " " * 10, first="       -> ", max_lines=4)
     if facts.sweep is not None and facts.sweep.measurements:
-        rows = [r[:3] + r[4:7] for r in sweep_rows(facts)]
+        # variant, batch, result, step, tokens/s, MFU, peak allocated of the sweep section's table
+        units = ["text", "int", "text", "ms", "tok/s", "share", "bytes"]
+        rows = [[format_value(v, u) for v, u in zip([r[0], r[1], r[2], r[3], r[5], r[6], r[7]], units)]
+                for r in sweep_rows(facts)]
         lines += ["", "Batch sweep (median of the measured steps):"]
-        lines += [fit("  " + x.rstrip(), width) for x in text_table(["variant", "batch", "step ms", "tok/s", "MFU", "peak GiB"],
-                                                          rows).splitlines()]
+        lines += [fit("  " + x.rstrip(), width) for x in text_table(
+            ["variant", "batch", "result", "step ms", "tok/s", "MFU", "peak"], rows).splitlines()]
     experiments = [v for v in verdicts if v.scope == EXPERIMENT and v.status in ("fired", "error")]
     if experiments:
         lines += ["", "Experiments: what the probes' variants showed about this device"]

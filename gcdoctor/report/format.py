@@ -36,3 +36,20 @@ def text_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     lines = ["  ".join(str(h).rjust(w) for h, w in zip(headers, widths))]
     lines += ["  ".join(str(v).rjust(w) for v, w in zip(r, widths)) for r in rows]
     return "\n".join(lines)
+
+
+_CONTROL = {c: None for c in range(32) if c not in (9, 10)}
+_CONTROL[127] = None
+
+
+def term_safe(text: str) -> str:
+    """Text for the terminal: control characters (ESC sequences included) dropped."""
+    return str(text).translate(_CONTROL)
+
+
+def md_escape(text: str) -> str:
+    """Text for Markdown: inert (no raw HTML, no link or image syntax, no control characters)."""
+    s = term_safe(text)
+    for a, b in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("[", "\\["), ("]", "\\]")):
+        s = s.replace(a, b)
+    return s

@@ -1,32 +1,31 @@
 """report.html: one self-contained page (inline CSS and SVG, no script, no network).
 
-Order: the bottom line (fired verdicts, most severe first: headline, key numbers, what to do),
-one section per probe with its tables and plots, the telemetry timeline, the rules that passed
-or could not run, then the environment. Everything taken from facts, a trace, a config or a
-verdict is escaped (see `esc`); plots are SVG strings built in gcdoctor.report.svg.
+The first screen is the answer: the bottom line (the same rows as the console and report.md), then
+each configuration finding in full. Below it every section of the report model, in order, with its
+headline numbers, plots, tables and verdicts; then the rules that passed or could not run, and the
+environment. Everything taken from facts, a trace, a config or a verdict is escaped (`esc`); plots are
+SVG strings built in gcdoctor.report.svg from the sections' entries.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
-from gcdoctor.engine import SEVERITY_ORDER, Evidence, Verdict
+from gcdoctor.engine import EXPERIMENT, Evidence, Verdict
 from gcdoctor.facts import Facts
+from gcdoctor.report.bottom_line import PRESCRIPTION, bottom_line_for
+from gcdoctor.report.html_parts import Raw, details, figure, figures, kv, para, section, table
 from gcdoctor.report.json_report import REPORT_SCHEMA
-from gcdoctor.report.html_parts import Raw, fbytes, kv, section, table
-from gcdoctor.report.html_jitter import jitter_section
-from gcdoctor.report.html_offload import offload_section
-from gcdoctor.report.html_probes import (granularity_section, memory_model_section, profiler_overhead_section,
-                                         trace_section)
-from gcdoctor.report.html_sweep import sweep_section
-from gcdoctor.report.html_telemetry import telemetry_section
-from gcdoctor.report.html_watch import monitor_section, watch_section
+from gcdoctor.report.model import (Section, Table, drop_empty_columns, format_value, format_with_unit, header_of,
+                                   numeric)
+from gcdoctor.report.sections import present
 from gcdoctor.report.svg import esc
+from gcdoctor.report.verdicts import configuration_findings, counts, environment_rows, sort_key
 
-SEVERITY_WORD = {"critical": "CRITICAL", "warning": "WARNING", "info": "NOTE", "ok": "OK", "inconclusive": "?"}
+SEVERITY_WORD = {"error": "ERROR", "critical": "CRITICAL", "warning": "WARNING", "info": "NOTE", "ok": "OK",
+                 "inconclusive": "?"}
 
 
 @dataclass
@@ -34,7 +33,6 @@ class RenderContext:
     facts: Facts
     verdicts: list[Verdict]
     run_dir: Path | None = None
-    config: dict[str, Any] | None = None  # config.json of the run, when rendered from a run directory
 
 
 def evidence_value(e: Evidence) -> str:
@@ -52,115 +50,124 @@ def evidence_value(e: Evidence) -> str:
 
 
 def verdict_card(v: Verdict, anchor: str = "", compact: bool = False) -> str:
-    """One fired verdict: headline, its numbers, why, and what to do.
-
-    Compact cards (notes) keep the headline, at most six numbers and the action; the explanation
-    folds away so warnings stay on the first screen."""
+    """One verdict: headline, its numbers, what to do, and why (folded away in compact cards)."""
     sev = v.severity if v.severity in SEVERITY_WORD else "inconclusive"
     measured = [e for e in v.evidence if e.value is not None]
     missing = [e.label for e in v.evidence if e.value is None]
-    tiles = []
-    for e in measured[:6] if compact else measured:
-        unit = f'<span class="u">{esc(e.unit)}</span>' if e.unit else ""
-        tiles.append(f'<div class="number"><div class="v">{esc(evidence_value(e))}{unit}</div>'
-                     f'<div class="l">{esc(e.label)}</div></div>')
-    numbers = f'<div class="numbers">{"".join(tiles)}</div>' if tiles else ""
-    rest = measured[6:] if compact else []
-    extra = ", ".join(e.text() for e in rest)
+    shown = measured[:6] if compact else measured
+    tiles = "".join(f'<div class="number"><div class="v">{esc(evidence_value(e))}'
+                    + (f'<span class="u">{esc(e.unit)}</span>' if e.unit else "")
+                    + f'</div><div class="l">{esc(e.label)}</div></div>' for e in shown)
+    numbers = f'<div class="numbers">{tiles}</div>' if tiles else ""
+    extra = ", ".join(e.text() for e in measured[6:]) if compact else ""
     subject = f'<p class="sub">About: {esc(v.subject)}</p>' if v.subject else ""
+    scope = ' <span class="scope">experiment</span>' if v.scope == EXPERIMENT else ""
     why = ""
-    if v.explanation or extra or missing:
+    if v.explanation or extra or missing or v.traceback:
         text = "".join([f"<p><b>Why.</b> {esc(v.explanation)}</p>" if v.explanation else "",
                         f'<p class="small">Also: {esc(extra)}</p>' if extra else "",
-                        f'<p class="small">Not measured: {esc(", ".join(missing))}</p>' if missing else ""])
+                        f'<p class="small">Not measured: {esc(", ".join(missing))}</p>' if missing else "",
+                        f"<pre>{esc(v.traceback)}</pre>" if v.traceback else ""])
         why = f"<details><summary>Why</summary>{text}</details>" if compact else f'<div class="why">{text}</div>'
     act = f'<p class="action"><b>What to do.</b> {esc(v.recommendation)}</p>' if v.recommendation else ""
     aid = f' id="{esc(anchor)}"' if anchor else ""
     return (f'<article class="verdict {sev}{" compact" if compact else ""}"{aid} data-code="{esc(v.code)}" '
-            f'data-severity="{esc(sev)}"><h3><span class="badge {sev}">{SEVERITY_WORD[sev]}</span>'
-            f'<span class="code">{esc(v.code)}</span>{esc(v.headline)}</h3>{subject}{numbers}{act}{why}</article>')
-
-
-def ranked(verdicts: list[Verdict]) -> list[Verdict]:
-    return sorted(verdicts, key=lambda v: (SEVERITY_ORDER.get(v.severity, 9), v.code, v.subject))
+            f'data-severity="{esc(sev)}" data-scope="{esc(v.scope)}"><h3><span class="badge {sev}">'
+            f'{SEVERITY_WORD[sev]}</span><span class="code">{esc(v.code)}</span>{esc(v.headline)}{scope}</h3>'
+            f"{subject}{numbers}{act}{why}</article>")
 
 
 def bottom_line(ctx: RenderContext) -> str:
-    fired = ranked([v for v in ctx.verdicts if v.status == "fired"])
-    if not fired:
-        passed = sum(v.status == "passed" for v in ctx.verdicts)
-        body = (f'<article class="verdict ok all-clear"><h3><span class="badge ok">OK</span>No rule fired.</h3>'
-                f"<p>Checkpointing behaves as expected for what was measured: {passed} rule(s) passed; "
-                f"see below for the ones that could not run.</p></article>")
-        return section("bottom-line", "Bottom line", Raw(body))
-    index = ""
-    if len(fired) > 3:  # many findings: one line each first, so the worst is on the first screen
-        items = "".join(f'<li><a href="#verdict-{i}"><span class="badge {v.severity}">'
-                        f'{SEVERITY_WORD.get(v.severity, "?")}</span><span class="code">{esc(v.code)}</span>'
-                        f"{esc(v.headline)}</a></li>" for i, v in enumerate(fired, start=1))
-        index = f'<ol class="verdict-index">{items}</ol>'
-    cards = "".join(verdict_card(v, f"verdict-{i}", compact=v.severity not in ("critical", "warning"))
-                    for i, v in enumerate(fired, start=1))
-    return section("bottom-line", "Bottom line", Raw(index + cards))
+    rows = bottom_line_for(ctx.facts, ctx.verdicts)
+    lines = "\n".join(esc(r.render()) for r in rows)
+    block = f'<pre class="bottom-line" id="bottom-line-text">{lines}</pre>'
+    cards = "".join(verdict_card(v, f"verdict-{i}", compact=v.topic == PRESCRIPTION or v.severity == "info")
+                    for i, v in enumerate(configuration_findings(ctx.verdicts), start=1))
+    if not cards:
+        cards = para("No finding about your configuration: the rules that could judge it passed (listed below).")
+    return section("bottom-line", "Bottom line", Raw(block), Raw(cards))
+
+
+def table_html(t: Table, facts: Facts) -> str:
+    rows = t.rows(facts)
+    if not rows:
+        return ""
+    cols, rows = drop_empty_columns(t, rows)
+    first_num = next((i for i, c in enumerate(cols) if numeric(c) and not c.key), len(cols))
+    body = table([header_of(c) for c in cols], [[format_value(v, c.unit) for v, c in zip(r, cols)] for r in rows],
+                 numeric_from=first_num, ids=[f"{t.id}:{t.key_of(r)}" for r in rows])
+    cap = para(t.caption, "small") if t.caption else ""
+    if t.fold:
+        return details(t.title or t.id, body, cap)
+    return (f"<h3>{esc(t.title)}</h3>" if t.title else "") + body + cap
+
+
+def section_html(s: Section, ctx: RenderContext) -> str:
+    f = ctx.facts
+    keys = s.keys(f)
+    parts: list[str] = []
+    if keys:
+        parts.append(table(["", "value"], [[k.label, format_with_unit(k.value, k.unit)] for k in keys], css="key-numbers",
+                           ids=[f"{s.id}:{k.id}" for k in keys]))
+    plots = [(svg, cap) for svg, cap in s.plots(f, ctx.run_dir) if svg]
+    if plots:
+        figs = [figure(svg, cap) for svg, cap in plots]
+        parts.append(Raw(f'<div class="timeline">{"".join(figs)}</div>') if s.wide_plots else figures(*figs))
+    parts += [table_html(t, f) for t in s.tables(f)]
+    mine = sorted((v for v in ctx.verdicts if v.topic in s.topics and v.status != "inconclusive"), key=sort_key)
+    if mine:
+        fired = [v for v in mine if v.status in ("fired", "error")]
+        ok = [v for v in mine if v.status == "passed"]
+        parts.append("<h3>Verdicts</h3>" + "".join(verdict_card(v, compact=True) for v in fired))
+        if ok:
+            parts.append(details(f"{len(ok)} passed", table(["rule", "result"], [[v.code, v.headline] for v in ok],
+                                                           numeric_from=9)))
+    notes = s.notes(f)
+    if notes:
+        parts.append(Raw('<ul class="notes">' + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>"))
+    return section(s.id, s.title, *parts, lead=s.lead(f))
+
+
+def _sections(ctx: RenderContext) -> list[str]:
+    out, topics = [], set()
+    for s in present(ctx.facts):
+        out.append(section_html(s, ctx))
+        topics.update(s.topics)
+    orphans = sorted((v for v in ctx.verdicts if v.status in ("fired", "error") and v.topic not in topics
+                      and v.topic != PRESCRIPTION and (v.scope == EXPERIMENT or v.status == "error")), key=sort_key)
+    if orphans:
+        out.append(section("other", "Other findings", Raw("".join(verdict_card(v, compact=True) for v in orphans))))
+    return out
 
 
 def rules_section(ctx: RenderContext) -> str:
-    rest = ranked([v for v in ctx.verdicts if v.status != "fired"])
+    rest = sorted((v for v in ctx.verdicts if v.status not in ("fired", "error")), key=sort_key)
     if not rest:
         return ""
-    rows = [[v.code, v.slug, "passed" if v.status == "passed" else "could not run", v.headline
-             + (f" ({v.subject})" if v.subject else "")] for v in rest]
+    rows = [[v.code, v.slug, v.scope, "passed" if v.status == "passed" else "could not run",
+             v.headline + (f" ({v.subject})" if v.subject else "")] for v in rest]
     return section("rules", "Rules that passed or could not run",
-                   table(["code", "rule", "status", "result"], rows, numeric_from=9,
+                   table(["code", "rule", "scope", "status", "result"], rows, numeric_from=9,
                          ids=[f"{v.code}:{v.subject}" for v in rest]))
 
 
 def environment_section(ctx: RenderContext) -> str:
-    f = ctx.facts
-    e, st, m = f.environment, f.settings, f.model
-    rows: list[tuple[str, Any]] = []
-    if m is not None:
-        rows.append(("model", f"{m.name} ({m.source}), {m.n_layers}/{m.n_layers_full} layers, "
-                              f"{m.n_params / 1e9:.3f} B parameters, {m.dtype}, attention {m.attn_implementation}"))
-    rows += [("device", f"{e.device_name or '—'} ({e.device_kind or '—'})"
-              + (f" × {e.device_count}" if e.device_count and e.device_count > 1 else "")),
-             ("device memory", fbytes(e.total_memory_bytes)), ("driver", e.driver), ("runtime", e.runtime),
-             ("torch", e.torch), ("transformers", e.transformers), ("deepspeed", e.deepspeed),
-             ("torch_musa", e.torch_musa), ("python", e.python), ("gcdoctor", e.gcdoctor),
-             ("host", f"{e.host or '—'}, {e.cpu_count or '—'} CPUs, {fbytes(e.host_memory_bytes)}"),
-             ("peak rates", ", ".join(x for x in (
-                 f"bf16 {e.peak_bf16_tflops:g} TFLOP/s" if e.peak_bf16_tflops else "",
-                 f"fp32 {e.peak_fp32_tflops:g} TFLOP/s" if e.peak_fp32_tflops else "",
-                 f"memory {e.memory_bandwidth_gbs:g} GB/s" if e.memory_bandwidth_gbs else "",
-                 f"PCIe {e.pcie_peak_gbs:g} GB/s" if e.pcie_peak_gbs else "") if x) or "unknown for this device")]
-    rows.append(("settings", f"sequence {st.seq_len}, {st.dtype}, {st.optimizer}, {st.warmup_steps} warm-up + "
-                             f"{st.measure_steps} measured steps, probes {', '.join(st.probes) or '—'}"))
-    limit = (ctx.config or {}).get("memory_limit_bytes")
-    if limit:
-        rows.append(("memory limit", f"{fbytes(limit)} (--memory-limit)"))
-    wall = "—" if st.wall_s is None else st.wall_s
-    rows.append(("run", f"{st.command}, started {st.started_at or '—'}, wall {wall} s"
-                        + (", INTERRUPTED: partial results" if st.interrupted else "")
-                        + (f", error: {st.error}" if st.error else "")))
+    rows = environment_rows(ctx.facts)
     if ctx.run_dir is not None:
         rows.append(("run directory", str(ctx.run_dir)))
-    body = [kv(rows)]
-    if f.unavailable:
-        body.append("<h3>Not measured</h3>" + table(["what", "why"], sorted(f.unavailable.items()), numeric_from=9))
-    return section("environment", "Environment", *body)
+    return section("environment", "Environment", kv(rows))
 
 
-def _probe_sections(ctx: RenderContext) -> list[str]:
-    f = ctx.facts
-    return [sweep_section(f, ctx.config), granularity_section(f), offload_section(f), jitter_section(f),
-            memory_model_section(f), watch_section(f), monitor_section(f), telemetry_section(f, ctx.run_dir),
-            trace_section(f), profiler_overhead_section(f)]
+# The page, in order.
+SECTIONS: list[Callable[[RenderContext], str | list[str]]] = [bottom_line, _sections, rules_section,
+                                                               environment_section]
+WORDS = {"error": "error", "critical": "critical", "warning": "warning", "info": "note", "ok": "passed",
+         "inconclusive": "could not run"}
 
 
-# The page, in order. Other writers may append (ctx) -> html sections before rules/environment.
-SECTIONS: list[Callable[[RenderContext], str | list[str]]] = [
-    bottom_line, _probe_sections, rules_section, environment_section,
-]
+def _chips(c: dict[str, int]) -> str:
+    return "".join(f'<span class="count {k}">{c[k]} {WORDS[k]}</span>'
+                   for k in ("error", "critical", "warning", "info", "ok", "inconclusive") if c.get(k))
 
 
 def _header(ctx: RenderContext) -> str:
@@ -169,30 +176,23 @@ def _header(ctx: RenderContext) -> str:
     title = f"gcdoctor report: {m.name if m else 'trace'} on {e.device_name or 'unknown device'}"
     sub = " · ".join(x for x in (
         e.device_kind, f"driver {e.driver}" if e.driver else "", f"torch {e.torch}" if e.torch else "",
-        f"sequence {st.seq_len}" if st.seq_len else "", st.dtype, st.optimizer, st.started_at) if x)
-    counts: dict[str, int] = {}
-    for v in ctx.verdicts:
-        key = v.severity if v.status == "fired" else ("ok" if v.status == "passed" else "inconclusive")
-        counts[key] = counts.get(key, 0) + 1
-    words = {"critical": "critical", "warning": "warning", "info": "note", "ok": "passed",
-             "inconclusive": "could not run"}
-    chips = "".join(f'<span class="count {k}">{counts[k]} {words[k]}</span>'
-                    for k in ("critical", "warning", "info", "ok", "inconclusive") if counts.get(k))
+        f"sequence {st.seq_len}" if st.seq_len and m is not None else "", st.dtype if m is not None else "",
+        st.optimizer if m is not None else "", st.started_at) if x)
+    conf, exp = counts(ctx.verdicts, "configuration"), counts(ctx.verdicts, EXPERIMENT)
+    chips = (f'<div class="counts"><span class="scope-label">Your configuration:</span>{_chips(conf) or "—"}</div>'
+             + (f'<div class="counts"><span class="scope-label">Experiments (the probes\' variants, not your '
+                f'setup):</span>{_chips(exp)}</div>' if exp else ""))
     banner = ('<p class="banner">The run was interrupted: what follows is what was measured before it '
               "stopped.</p>" if st.interrupted else "")
     if st.error:
         banner += f'<p class="banner">The run ended with an error: {esc(st.error)}</p>'
-    return (f"<header><h1>{esc(title)}</h1><p class=\"sub\">{esc(sub)}</p>"
-            f'<div class="counts">{chips}</div>{banner}</header>')
+    return f"<header><h1>{esc(title)}</h1><p class=\"sub\">{esc(sub)}</p>{chips}{banner}</header>"
 
 
-def _toc(body: str) -> str:
-    names = [("bottom-line", "Bottom line"), ("sweep", "Batch sweep"), ("granularity", "Granularity"),
-             ("offload", "Offload"), ("jitter", "Loss jitter"), ("memory-model", "Memory model"),
-             ("watch", "Watched run"), ("monitor", "Monitored job"),
-             ("telemetry", "Telemetry"), ("trace", "Traces"), ("profiler-overhead", "Profiler overhead"),
-             ("rules", "Other rules"), ("environment", "Environment")]
-    links = "".join(f'<a href="#{sid}">{label}</a>' for sid, label in names if f'<section id="{sid}"' in body)
+def _toc(ctx: RenderContext, body: str) -> str:
+    names = [("bottom-line", "Bottom line")] + [(s.id, s.title.split(":")[0]) for s in present(ctx.facts)] + [
+        ("other", "Other findings"), ("rules", "Other rules"), ("environment", "Environment")]
+    links = "".join(f'<a href="#{esc(sid)}">{esc(label)}</a>' for sid, label in names if f'<section id="{sid}"' in body)
     return f'<nav class="toc">{links}</nav>'
 
 
@@ -200,21 +200,10 @@ def _css() -> str:
     return resources.files("gcdoctor.report").joinpath("report.css").read_text()
 
 
-def _read_config(run_dir: Path | None) -> dict[str, Any] | None:
-    if run_dir is None:
-        return None
-    try:
-        data = json.loads((run_dir / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def render_html(facts: Facts, verdicts: list[Verdict], run_dir: str | Path | None = None) -> str:
     """The whole page as one string. With `run_dir`, the telemetry timeline is drawn from its
     telemetry.csv and events.jsonl and the memory limit is read from its config.json."""
-    rd = Path(run_dir) if run_dir is not None else None
-    ctx = RenderContext(facts, list(verdicts), rd, _read_config(rd))
+    ctx = RenderContext(facts, list(verdicts), Path(run_dir) if run_dir is not None else None)
     parts: list[str] = []
     for fn in SECTIONS:
         out = fn(ctx)
@@ -228,7 +217,7 @@ def render_html(facts: Facts, verdicts: list[Verdict], run_dir: str | Path | Non
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{esc(title)}</title><style>{_css()}</style></head><body><main>"
-            f"{_header(ctx)}{_toc(body)}{body}{footer}</main></body></html>\n")
+            f"{_header(ctx)}{_toc(ctx, body)}{body}{footer}</main></body></html>\n")
 
 
-__all__ = ["RenderContext", "SECTIONS", "render_html"]
+__all__ = ["RenderContext", "SECTIONS", "render_html", "verdict_card"]

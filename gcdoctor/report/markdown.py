@@ -1,102 +1,112 @@
-"""report.md: the bottom line first, then the evidence section by section, then the environment."""
+"""report.md: the bottom line first, then what to do about your configuration, then every section of
+the report model with its verdicts, then the rules that passed or could not run and the environment.
+It renders whatever `gcdoctor.report.sections.SECTIONS` holds; it never judges."""
 from __future__ import annotations
 
-from typing import Callable
-
-from gcdoctor.engine import Verdict
+from gcdoctor.engine import EXPERIMENT, Verdict
 from gcdoctor.facts import Facts
-from gcdoctor.report.md_watch import watch_section
-from gcdoctor.report.format import gib, md_table, num
-from gcdoctor.report.md_granularity import granularity_section
-from gcdoctor.report.md_jitter import jitter_section
-from gcdoctor.report.md_offload import offload_section
-from gcdoctor.report.sweep import SWEEP_HEADERS, sweep_rows
+from gcdoctor.report.bottom_line import PRESCRIPTION, bottom_line_text
+from gcdoctor.report.format import md_table
+from gcdoctor.report.model import Section, Table, drop_empty_columns, format_value, format_with_unit, header_of
+from gcdoctor.report.sections import present
+from gcdoctor.report.verdicts import by_topic, configuration_findings, environment_rows, sort_key
 
-SEVERITY_MARK = {"critical": "CRITICAL", "warning": "WARNING", "info": "note", "ok": "ok", "inconclusive": "?"}
-
-
-def bottom_line(facts: Facts, verdicts: list[Verdict]) -> str:
-    fired = [v for v in verdicts if v.status == "fired"]
-    lines = ["## Bottom line", ""]
-    if not fired:
-        lines.append("No rule fired: checkpointing behaves as expected for what was measured.")
-    for v in fired:
-        lines.append(f"### [{SEVERITY_MARK[v.severity]}] {v.code} {v.headline}")
-        if v.subject:
-            lines.append(f"*Subject:* {v.subject}")
-        lines.append("")
-        lines += [f"- {e.text()}" for e in v.evidence]
-        lines += ["", f"**Why.** {v.explanation}", "", f"**What to do.** {v.recommendation}", ""]
-    return "\n".join(lines)
+SEVERITY_MARK = {"error": "ERROR", "critical": "CRITICAL", "warning": "WARNING", "info": "note", "ok": "ok",
+                 "inconclusive": "?"}
 
 
-def sweep_section(facts: Facts, verdicts: list[Verdict]) -> str:
-    s = facts.sweep
-    if s is None:
-        return ""
-    lines = ["## Batch sweep: checkpointing off (no_gc) and on (gc)", "",
-             f"Checkpointing: `{s.gc_api}`. Each row is the median of {facts.settings.measure_steps} synchronised "
-             f"steps after {facts.settings.warmup_steps} warm-up step(s): forward, loss, backward, "
-             f"{facts.settings.optimizer} step. Sequence length {facts.settings.seq_len}, dtype {facts.settings.dtype}. "
-             "Activations = peak minus model states (parameters, gradients, optimizer states).", ""]
-    if s.max_batch:
-        for variant in ("no_gc", "gc"):
-            b = s.max_batch.get(variant)
-            capped = " (search capped by --max-batch)" if s.max_batch_capped.get(variant) else ""
-            lines.append(f"- largest batch, {variant}: {b if b is not None else 'none fits'}{capped}")
-        lines.append("")
-    lines.append(md_table(SWEEP_HEADERS, sweep_rows(facts)))
-    return "\n".join(lines)
+def md_text(text: str) -> str:
+    """Text from facts, traces or configs as inert Markdown: no raw HTML, no link syntax."""
+    from gcdoctor.report.format import md_escape
+    return md_escape(str(text))
 
 
-def profiler_section(facts: Facts, verdicts: list[Verdict]) -> str:
-    if not facts.profiler_overhead:
-        return ""
-    rows = [[p.variant, p.batch_size, num(p.unprofiled_step_ms), num(p.profiled_step_ms),
-             "—" if p.overhead_pct is None else f"{p.overhead_pct:+.1f}%"] for p in facts.profiler_overhead]
-    return "\n".join(["## Profiler overhead", "",
-                      "Verdicts use unprofiled step times; traces are in `traces/` (open in ui.perfetto.dev).", "",
-                      md_table(["window", "batch", "unprofiled ms", "profiled ms", "overhead"], rows)])
+def verdict_block(v: Verdict) -> list[str]:
+    lines = [f"### [{SEVERITY_MARK.get(v.severity, '?')}] {v.code} {md_text(v.headline)}"]
+    if v.subject:
+        lines.append(f"*About:* {md_text(v.subject)}")
+    lines.append("")
+    lines += [f"- {md_text(e.text())}" for e in v.evidence]
+    if v.explanation:
+        lines += ["", f"**Why.** {md_text(v.explanation)}"]
+    if v.recommendation:
+        lines += ["", f"**What to do.** {md_text(v.recommendation)}"]
+    if v.status == "error" and v.traceback:
+        lines += ["", "```", v.traceback.rstrip(), "```"]
+    return lines + [""]
 
 
-def rules_section(facts: Facts, verdicts: list[Verdict]) -> str:
-    rows = [[v.code, v.slug, v.status, v.headline] for v in verdicts if v.status != "fired"]
+def verdict_item(v: Verdict) -> str:
+    mark = SEVERITY_MARK.get(v.severity, "?")
+    where = f" ({v.scope})" if v.scope == EXPERIMENT else ""
+    text = f"- **[{mark}] {v.code}**{where} {md_text(v.headline)}"
+    if v.status == "fired" and v.recommendation:
+        text += f" — *What to do:* {md_text(v.recommendation)}"
+    return text
+
+
+def table_md(t: Table, facts: Facts) -> list[str]:
+    rows = t.rows(facts)
     if not rows:
-        return ""
-    return "\n".join(["## Rules that passed or could not run", "", md_table(["code", "rule", "status", "detail"], rows)])
+        return []
+    cols, rows = drop_empty_columns(t, rows)
+    cells = [[md_text(format_value(v, c.unit)) for v, c in zip(r, cols)] for r in rows]
+    out = [f"### {md_text(t.title)}", ""] if t.title else []
+    out.append(md_table([header_of(c) for c in cols], cells))
+    if t.caption:
+        out += ["", f"*{md_text(t.caption)}*"]
+    return out + [""]
 
 
-def environment_section(facts: Facts, verdicts: list[Verdict]) -> str:
-    e, st, m = facts.environment, facts.settings, facts.model
-    rows = [["device", f"{e.device_name} ({e.device_kind})"], ["device memory", f"{gib(e.total_memory_bytes)} GiB"],
-            ["driver", e.driver or "—"], ["runtime", e.runtime or "—"], ["torch", e.torch or "—"],
-            ["transformers", e.transformers or "—"], ["deepspeed", e.deepspeed or "—"],
-            ["torch_musa", e.torch_musa or "—"], ["python", e.python or "—"], ["gcdoctor", e.gcdoctor or "—"],
-            ["host", f"{e.host} ({e.cpu_count} CPUs, {gib(e.host_memory_bytes, 0)} GiB)"]]
-    if m is not None:
-        rows.insert(0, ["model", f"{m.name} ({m.source}), {m.n_layers}/{m.n_layers_full} layers, "
-                               f"{m.n_params / 1e9:.2f} B params, {m.dtype}, attention {m.attn_implementation}"])
-    rows.append(["settings", f"seq {st.seq_len}, {st.dtype}, {st.optimizer}, {st.warmup_steps} warm-up + "
-                             f"{st.measure_steps} measured steps, probes {', '.join(st.probes)}"])
-    rows.append(["run", f"started {st.started_at}, wall {st.wall_s} s"
-                        + (", INTERRUPTED: partial results" if st.interrupted else "")
-                        + (f", error: {st.error}" if st.error else "")])
-    if facts.unavailable:
-        rows += [[f"not measured: {k}", v] for k, v in sorted(facts.unavailable.items())]
-    return "\n".join(["## Environment", "", md_table(["", ""], rows)])
-
-
-SECTIONS: list[Callable[[Facts, list[Verdict]], str]] = [
-    bottom_line, watch_section, sweep_section, granularity_section, offload_section, jitter_section, profiler_section, rules_section,
-    environment_section,
-]
+def section_md(s: Section, facts: Facts, verdicts: list[Verdict]) -> str:
+    lines = [f"## {md_text(s.title)}", ""]
+    lead = s.lead(facts)
+    if lead:
+        lines += [md_text(lead), ""]
+    keys = s.keys(facts)
+    if keys:
+        lines += [md_table(["", ""], [[md_text(k.label), md_text(format_with_unit(k.value, k.unit))] for k in keys]), ""]
+    for t in s.tables(facts):
+        lines += table_md(t, facts)
+    if s.plots is not None and any(svg for svg, _ in s.plots(facts, None)):
+        lines += ["*Plots: see report.html.*", ""]
+    mine = [v for v in verdicts if v.topic in s.topics and v.status != "inconclusive"]
+    if mine:
+        lines += ["Verdicts:", ""] + [verdict_item(v) for v in sorted(mine, key=sort_key)] + [""]
+    notes = s.notes(facts)
+    if notes:
+        lines += [f"- {md_text(n)}" for n in notes] + [""]
+    return "\n".join(lines).rstrip() + "\n"
 
 
 def render_markdown(facts: Facts, verdicts: list[Verdict]) -> str:
     m = facts.model
-    title = f"# gcdoctor report: {m.name if m else 'trace'} on {facts.environment.device_name or 'unknown device'}"
+    title = f"# gcdoctor report: {md_text(m.name) if m else 'trace'} on {md_text(facts.environment.device_name or 'unknown device')}"
     parts = [title]
     if facts.settings.interrupted:
         parts.append("> The run was interrupted: what follows is what was measured before it stopped.")
-    parts += [s for s in (fn(facts, verdicts) for fn in SECTIONS) if s]
+    parts.append("## Bottom line\n\n```text\n" + bottom_line_text(facts, verdicts) + "\n```")
+    findings = configuration_findings(verdicts)
+    if findings:
+        parts.append("## Your configuration: what to do\n\n" + "\n".join(
+            line for v in findings for line in verdict_block(v)).rstrip())
+    shown_topics: set[str] = set()
+    sections = present(facts)
+    for s in sections:
+        parts.append(section_md(s, facts, verdicts).rstrip())
+        shown_topics.update(s.topics)
+    orphans = [v for v in verdicts if v.status in ("fired", "error") and v.topic not in shown_topics
+               and v.topic != PRESCRIPTION]
+    if orphans:
+        parts.append("## Other findings\n\n" + "\n".join(verdict_item(v) for v in sorted(orphans, key=sort_key)))
+    rest = [v for v in verdicts if v.status not in ("fired", "error")]
+    if rest:
+        parts.append("## Rules that passed or could not run\n\n" + md_table(
+            ["code", "rule", "scope", "status", "result"],
+            [[v.code, v.slug, v.scope, v.status, md_text(v.headline + (f" ({v.subject})" if v.subject else ""))]
+             for v in sorted(rest, key=sort_key)]))
+    parts.append("## Environment\n\n" + md_table(["", ""], [[k, md_text(v)] for k, v in environment_rows(facts)]))
     return "\n\n".join(parts) + "\n"
+
+
+__all__ = ["by_topic", "render_markdown"]

@@ -1,9 +1,9 @@
-"""report.html: the telemetry timeline with step boundaries, or per-measurement summaries.
+"""Section: telemetry over the run (the timeline with every training step shaded, or per-measurement
+summaries from the facts alone).
 
-With a run directory, the full series come from telemetry.csv and the steps from the
-StepMeasured lines of events.jsonl (their `wall` stamp is the step's end; the start is the end
-minus the step time). Both files share the wall clock (unix seconds). From facts alone, the
-per-measurement summaries each Measurement carries are shown instead.
+With a run directory, the full series come from telemetry.csv and the steps from the StepMeasured
+lines of events.jsonl (their `wall` stamp is the step's end; the start is the end minus the step
+time). Both files share the wall clock (unix seconds).
 """
 from __future__ import annotations
 
@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gcdoctor.facts import Facts
-from gcdoctor.report.format import GIB
-from gcdoctor.report.html_parts import MIB, Raw, by_unit, details, figure, kv, para, section, table
-from gcdoctor.report.svg import PALETTE, Band, Series, color_for, downsample, esc, line_plot
+from gcdoctor.report.model import GIB, MIB, Column, Key, Section, Table
+from gcdoctor.report.svg import PALETTE, Band, Series, color_for, downsample, line_plot
 
 # One panel per group of series; "{d}" is a device prefix such as gpu0.
 PANELS = [
@@ -99,16 +98,24 @@ def _merge_spans(steps: list[StepSpan]) -> list[StepSpan]:
     return out
 
 
-def timeline(run_dir: Path, facts: Facts) -> Raw:
-    """Small multiples over wall time with every step shaded by variant; "" when there is no data."""
-    csv_name = (facts.telemetry.path if facts.telemetry and facts.telemetry.path else None) or "telemetry.csv"
-    csv_path = run_dir / Path(csv_name).name
-    if not csv_path.is_file():
-        return Raw("")
+
+def _csv_path(facts: Facts, run_dir: Path | None) -> Path | None:
+    if run_dir is None:
+        return None
+    name = (facts.telemetry.path if facts.telemetry and facts.telemetry.path else None) or "telemetry.csv"
+    p = Path(run_dir) / Path(name).name
+    return p if p.is_file() else None
+
+
+def timeline(facts: Facts, run_dir: Path | None) -> list[tuple[str, str]]:
+    """Small multiples over wall time with every step shaded by variant; [] when there is no data."""
+    csv_path = _csv_path(facts, run_dir)
+    if csv_path is None:
+        return []
     walls, series = read_telemetry_csv(csv_path)
     if len(walls) < 2:
-        return Raw("")
-    ev = run_dir / "events.jsonl"
+        return []
+    ev = Path(run_dir) / "events.jsonl"
     steps = read_steps(ev) if ev.is_file() else []
     t_origin = min([walls[0]] + [s.t0 for s in steps])
     variants = list(dict.fromkeys(s.variant for s in steps))
@@ -120,7 +127,8 @@ def timeline(run_dir: Path, facts: Facts) -> Raw:
              for s in spans]
     x_range = (0.0, max([walls[-1]] + [s.t1 for s in steps]) - t_origin)
     devices = sorted({m.group(1) for name in series for m in [re.match(r"^(gpu\d+)\.", name)] if m})
-    figs: list[str] = []
+    legend = ", ".join(variants)
+    figs: list[tuple[str, str]] = []
     for title, unit, templates in PANELS:
         names: list[str] = []
         for t in templates:
@@ -138,71 +146,64 @@ def timeline(run_dir: Path, facts: Facts) -> Raw:
             plot_series.append(Series(n, downsample(pts), PALETTE[(i + 2) % len(PALETTE)], markers=False))
         svg = line_plot(plot_series, title=f"{title} over the run", x_label="seconds since the run started",
                         y_label=shown_unit, bands=bands, width=1040, height=200, x_range=x_range)
-        figs.append(figure(svg, f"{title} ({shown_unit}); shaded: training steps, coloured by variant "
-                                f"(light: warm-up and search steps)."))
-    if not figs:
-        return Raw("")
-    legend = "".join(f'<span class="swatch" style="background:{esc(c)}"></span>{esc(v)} ' for v, c in colors.items())
-    n_steps = len(steps)
-    # NVML: utilisation is "over the past sample period", 1/6 s to 1 s depending on the product
-    head = para(f"{len(walls):,} samples over {walls[-1] - walls[0]:,.1f} s; {n_steps:,} steps from events.jsonl. "
-                "Device counters average over their own window (utilisation up to 1 s, power about 1 s), so they "
-                "can trail the shading; profiled steps emit no step events and are not shaded.")
-    return Raw(head + (f'<p class="legend-line">steps: {legend}</p>' if legend else "") +
-               f'<div class="timeline">{"".join(figs)}</div>')
+        figs.append((svg, f"{title} ({shown_unit}); shaded: training steps, coloured by variant "
+                          f"({legend or 'none recorded'}; light: warm-up and search steps)."))
+    return figs
 
 
-def summaries(facts: Facts) -> Raw:
-    """Per-measurement telemetry (mean / max of each series over the measured steps)."""
+def _keys(facts: Facts) -> list[Key]:
+    t = facts.telemetry
+    if t is None:
+        return []
+    out = [Key("sources", "sources", ", ".join(t.sources) or t.source or "—"),
+           Key("rate", "rate asked / achieved", f"{t.rate_hz or 0:g} Hz / "
+                                                 + (f"{t.achieved_rate_hz:.1f} Hz" if t.achieved_rate_hz else "—")),
+           Key("samples", "samples", f"{t.samples:,}" + (f", {t.missed_ticks} missed ticks" if t.missed_ticks else "")),
+           Key("duration", "duration", t.duration_s, "s"),
+           Key("overhead", "sampler CPU, % of one core", t.overhead_cpu_pct, "pct")]
+    for d in t.devices:
+        out.append(Key(f"device-{d.key}", f"device {d.key}",
+                       f"{d.name or '—'} ({d.source}), PCIe gen {d.pcie_link_gen_current}/{d.pcie_link_gen_max} "
+                       f"x{d.pcie_link_width_current}/{d.pcie_link_width_max}, peak "
+                       + (f"{d.pcie_link_peak_gbs:.1f} GB/s" if d.pcie_link_peak_gbs else "—") + " per direction"))
+    return out
+
+
+def _summary_rows(facts: Facts) -> list[list]:
     ms = [m for m in (facts.sweep.measurements if facts.sweep else []) if m.telemetry]
-    if not ms:
-        return Raw("")
-    names = list(dict.fromkeys(n for m in ms for n in m.telemetry))[:10]
+    names = list(dict.fromkeys(n for m in ms for n in m.telemetry))[:8]
     rows = []
     for m in ms:
         row = [f"{m.probe}/{m.variant}", m.batch_size]
         for n in names:
             s = m.telemetry.get(n)
-            if s is None or s.mean is None:
-                row.append(None)
-            else:
-                row.append(f"{by_unit(n, s.mean)} (max {by_unit(n, s.max)})")
+            row.append(None if s is None or s.mean is None else f"{s.mean:,.3g} (max {s.max:,.3g})")
         rows.append(row)
-    return table(["measurement", "batch"] + names, rows)
+    return rows
 
 
-def telemetry_section(facts: Facts, run_dir: Path | None) -> str:
+def _tables(facts: Facts) -> list[Table]:
+    ms = [m for m in (facts.sweep.measurements if facts.sweep else []) if m.telemetry]
+    names = list(dict.fromkeys(n for m in ms for n in m.telemetry))[:8]
+    out = [Table("telemetry-summaries", [Column("measurement", key=True), Column("batch", "int", key=True)]
+                 + [Column(n, "text") for n in names], _summary_rows,
+                 title="Per-measurement telemetry: mean (max) over the measured steps", fold=True)]
     t = facts.telemetry
-    tl = timeline(run_dir, facts) if run_dir is not None else Raw("")
-    sums = summaries(facts)
-    if t is None and not tl and not sums:
-        return ""
-    info = []
-    if t is not None:
-        info = [("sources", ", ".join(t.sources) or t.source or "—"),
-                ("rate", f"{by_unit('rate_hz', t.rate_hz)} asked, {by_unit('rate_hz', t.achieved_rate_hz)} achieved"),
-                ("samples", f"{t.samples:,}" + (f", {t.missed_ticks} missed ticks" if t.missed_ticks else "")),
-                ("duration", by_unit("duration_s", t.duration_s)),
-                ("sampler overhead", by_unit("overhead_cpu_pct", t.overhead_cpu_pct) + " of one core"
-                 if t.overhead_cpu_pct is not None else None)]
-        for d in t.devices:
-            info.append((f"device {d.key}", f"{d.name or '—'} ({d.source}), PCIe gen {d.pcie_link_gen_current}"
-                         f"/{d.pcie_link_gen_max} x{d.pcie_link_width_current}/{d.pcie_link_width_max}, "
-                         f"peak {by_unit('pcie_link_peak_gbs', d.pcie_link_peak_gbs)} per direction"))
-        info = [(k, v) for k, v in info if v is not None]
-    extra = []
     if t is not None and t.unavailable:
-        extra.append(details(f"{len(t.unavailable)} series not measured",
-                             table(["series", "why"], sorted(t.unavailable.items()), numeric_from=9)))
-    if t is not None and t.notes:
-        extra.append(details("Caveats of the counters", Raw("<ul>" + "".join(
-            f"<li>{esc(n)}</li>" for n in t.notes) + "</ul>")))
-    if tl:
-        body = [tl, kv(info) if info else "", details("Per-measurement telemetry", sums) if sums else ""]
-        lead = "The whole run on one clock: every series sampled, every training step shaded."
-    else:
-        why = ("no telemetry.csv beside the facts" if run_dir is not None else "rendered from facts alone")
-        body = [para(f"Timeline not drawn: {why}; per-measurement summaries follow."), kv(info) if info else "",
-                sums]
-        lead = "Telemetry over each measurement's steps (mean, and max in brackets)."
-    return section("telemetry", "Telemetry timeline", *body, *extra, lead=lead)
+        out.append(Table("telemetry-missing", [Column("series", key=True), Column("why", "text")],
+                         lambda f: sorted([k, v] for k, v in f.telemetry.unavailable.items()),
+                         title=f"{len(t.unavailable)} series not measured", fold=True))
+    return out
+
+
+def _lead(facts: Facts) -> str:
+    return ("The run's telemetry on one clock: every series sampled, every training step shaded (with the run "
+            "directory), else per-measurement summaries. Device counters average over their own window "
+            "(utilisation up to 1 s, power about 1 s), so they can trail the shading.")
+
+
+SECTION = Section(
+    id="telemetry", title="Telemetry", facts="telemetry",
+    present=lambda f: f.telemetry is not None or any(m.telemetry for m in (f.sweep.measurements if f.sweep else [])),
+    lead=_lead, keys=_keys, tables=_tables, plots=timeline,
+    notes=lambda f: list(f.telemetry.notes) if f.telemetry is not None else [], topics=(), wide_plots=True)

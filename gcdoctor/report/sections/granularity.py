@@ -1,0 +1,113 @@
+"""Section: checkpoint granularity (whole layers down to single ops, at equal batch) and the device's
+launch and region costs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from gcdoctor.facts import Facts
+from gcdoctor.facts.granularity import BEST_MIN_SAVING_PCT, BEST_MIN_TIME_ADDED_PCT
+from gcdoctor.report.model import Column, Key, Section, Table
+from gcdoctor.report.svg import Series, color_for, line_plot
+
+BEST_RULE = (f"Best trade-off: the variant with the most activation memory saved per percent of step time added, "
+             f"among those saving at least {BEST_MIN_SAVING_PCT:.0f}% (time added below "
+             f"{BEST_MIN_TIME_ADDED_PCT:.0f}% counts as {BEST_MIN_TIME_ADDED_PCT:.0f}%).")
+
+COLUMNS = [Column("workload", key=True), Column("variant", key=True), Column("what is checkpointed", "text"),
+           Column("result", "text"), Column("step", "ms", compare=True), Column("time added", "pct+", compare=True),
+           Column("kept for backward", "bytes"), Column("memory saved", "bytes", compare=True),
+           Column("saved", "pct", compare=True), Column("step peak", "bytes"), Column("regions/step", "int"),
+           Column("ops inside regions/step", "int"), Column("recomputed ops/step", "int"),
+           Column("kernels/step", "int"), Column("device idle", "share"), Column("mean kernel", "us"),
+           Column("recompute share", "share"), Column("CPU ops/step", "int")]
+
+
+def _rows(facts: Facts) -> list[list]:
+    rows = []
+    for g in facts.granularity.groups:
+        for v in g.variants:
+            m = v.measurement
+            result = "fits" if v.fits else (f"OOM ({m.oom_phase})" if m is not None and not m.fits else "not measured")
+            rows.append([g.name, v.variant, v.description, result, v.step_ms, v.time_added_pct,
+                         v.saved_activation_bytes, v.memory_saved_bytes, v.memory_saved_pct, v.peak_allocated_bytes,
+                         v.regions_per_step, v.checkpointed_ops_per_step, v.recomputed_ops_per_step,
+                         v.kernels_per_step, v.device_idle_share, v.kernel_mean_us, v.recompute_share,
+                         v.cpu_ops_per_step])
+    return rows
+
+
+def _region_rows(facts: Facts) -> list[list]:
+    lc = facts.granularity.launch
+    if lc is None:
+        return []
+    return [[p.name, p.forward_ops, p.recomputed_ops, p.plain_us, p.checkpoint_us, p.extra_us]
+            for p in lc.region_points]
+
+
+def _tables(facts: Facts) -> list[Table]:
+    return [Table("granularity", COLUMNS, _rows, caption=BEST_RULE),
+            Table("regions", [Column("region", key=True), Column("forward ops", "int"),
+                              Column("recomputed ops", "int"), Column("plain fwd+bwd", "us"),
+                              Column("in checkpoint()", "us", compare=True), Column("extra beyond launches", "us")],
+                  _region_rows, title="Checkpoint regions timed by the launch-cost microbenchmark", fold=True)]
+
+
+def _keys(facts: Facts) -> list[Key]:
+    g = facts.granularity
+    out = []
+    for grp in g.groups:
+        best = grp.best_tradeoff()
+        text = (f"{best.variant}: {best.memory_saved_pct:.0f}% of the activations saved for "
+                f"{best.time_added_pct:+.0f}% step time" if best is not None
+                else f"no variant saves {BEST_MIN_SAVING_PCT:.0f}% of the activations")
+        out.append(Key(f"best-{grp.name}", f"best trade-off, {grp.name} (batch {grp.batch_size}, "
+                                           f"{grp.n_layers} layers, hidden {grp.hidden_size})", text))
+    lc = g.launch
+    if lc is not None:
+        out += [Key("launch-us", "one kernel launch (back to back, synchronised)", lc.launch_us, "us"),
+                Key("enqueue-us", "host enqueue per launch call", lc.enqueue_us, "us"),
+                Key("graph-us", "graph replay per op" + (f" ({lc.graph_api})" if lc.graph_api else ""),
+                    lc.graph_replay_us_per_op, "us")]
+        if lc.region_fixed_us is not None and lc.region_per_op_us is not None:
+            out.append(Key("region-us", "host cost per checkpoint region",
+                           f"{lc.region_fixed_us:,.0f} µs + {lc.region_per_op_us:,.1f} µs per op inside"))
+    return out
+
+
+def _plot(group) -> str:
+    pts, labels = [], []
+    for v in group.variants:
+        if v.time_added_pct is None or v.memory_saved_pct is None:
+            continue
+        pts.append((v.time_added_pct, v.memory_saved_pct))
+        labels.append(v.variant)
+    if not pts:
+        return ""
+    return line_plot([Series(group.name, pts, color_for("gc", 0), labels=labels)], scatter=True,
+                     title=f"Memory saved versus time added: {group.name}", x_label="step time added (%)",
+                     y_label="activation memory saved (%)", y_from_zero=True)
+
+
+def _plots(facts: Facts, run_dir: Path | None) -> list[tuple[str, str]]:
+    return [(_plot(g), f"{g.name}: each point is one granularity at equal batch; up and to the left is better "
+                       "(more memory saved for less time).") for g in facts.granularity.groups]
+
+
+def _lead(facts: Facts) -> str:
+    g, st = facts.granularity, facts.settings
+    return (f"Checkpoint regions from the whole layer down to single ops, at equal batch: median of {g.measure_steps} "
+            f"synchronised steps after {g.warmup_steps} warm-up ({st.optimizer}, {st.dtype}); {g.checkpoint_api}. "
+            "Kept for backward = allocated after forward and loss minus before the forward (what checkpointing "
+            "changes; memory saved is measured on it). Kernels, idle share and recompute share come from the "
+            "profiled steps. MFU is not given for the synthetic blocks: the model's FLOP count does not apply.")
+
+
+def _notes(facts: Facts) -> list[str]:
+    g = facts.granularity
+    return list(g.notes) + (list(g.launch.notes) if g.launch is not None else [])
+
+
+SECTION = Section(
+    id="granularity", title="Checkpoint granularity: memory saved versus time added", facts="granularity",
+    present=lambda f: f.granularity is not None and bool(f.granularity.groups or f.granularity.launch),
+    lead=_lead, keys=_keys, tables=_tables, plots=_plots, notes=_notes, topics=("granularity", "launch"))

@@ -1,0 +1,100 @@
+"""Sections: a watched training run (gcdoctor.watch, the Trainer callback) and a `gcdoctor monitor`
+recording of a job in another process."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from gcdoctor.facts import Facts
+from gcdoctor.report.model import GIB, MIB, Column, Key, Section, Table
+from gcdoctor.report.svg import PALETTE, Series, color_for, line_plot
+
+
+def _watch_keys(facts: Facts) -> list[Key]:
+    w = facts.watch
+    gc = {True: "on", False: "off", None: "not reported by the model"}[w.gradient_checkpointing]
+    out = [Key("model", "model", f"{w.model_name or '—'} ({(w.n_params or 0) / 1e9:.3f} B parameters, "
+                                 f"{w.param_dtype or '—'})"),
+           Key("gc", "gradient checkpointing (as the model reports)", gc),
+           Key("steps", "steps recorded", len(w.steps), "int"),
+           Key("profiled", "profiled steps", ", ".join(map(str, w.profiled_steps)) or "none"),
+           Key("step-ms", "step time, median (first and profiled steps left out)", w.step_ms_median, "ms"),
+           Key("timing", "timing", {"events": "device events at step boundaries, no synchronisation",
+                                    "sync": "synchronised wall clock", "host": "host clock"}.get(w.timing, w.timing)),
+           Key("peak", "peak allocated (any step)", w.peak_allocated_bytes, "bytes")]
+    if w.tokens_per_step and w.step_ms_median:
+        out.append(Key("tokens", "tokens/s", w.tokens_per_step / (w.step_ms_median / 1e3), "tok/s"))
+    losses = [s.loss for s in w.steps if s.loss is not None]
+    if losses:
+        out.append(Key("loss", "loss, first → last", f"{losses[0]:.4f} → {losses[-1]:.4f}"))
+    if w.overhead_note:
+        out.append(Key("overhead", "overhead", w.overhead_note))
+    return out
+
+
+def _watch_rows(facts: Facts) -> list[list]:
+    return [[s.index, s.step_ms, s.loss, s.peak_allocated_bytes, s.peak_reserved_bytes, s.profiled]
+            for s in facts.watch.steps]
+
+
+def _watch_plots(facts: Facts, run_dir: Path | None) -> list[tuple[str, str]]:
+    steps = facts.watch.steps
+    timed = [s for s in steps if s.step_ms is not None]
+    series = [Series("step time", [(s.index, s.step_ms) for s in timed if not s.profiled], color_for("gc", 0)),
+              Series("profiled", [(s.index, s.step_ms) for s in timed if s.profiled], PALETTE[1])]
+    figs = [(line_plot([x for x in series if x.points], title="Step time per step of the watched run",
+                       x_label="step", y_label="ms"), "Profiled steps are shown apart: the profiler slows them.")]
+    losses = [(s.index, s.loss) for s in steps if s.loss is not None]
+    if losses:
+        figs.append((line_plot([Series("loss", losses, PALETTE[2])], title="Loss per step", x_label="step",
+                               y_label="loss", y_from_zero=False), "Loss as the training loop reported it."))
+    peaks = [(s.index, s.peak_allocated_bytes) for s in steps if s.peak_allocated_bytes is not None]
+    if peaks:
+        div, unit = (GIB, "GiB") if max(p for _, p in peaks) >= GIB else (MIB, "MiB")
+        figs.append((line_plot([Series("peak allocated", [(i, p / div) for i, p in peaks], PALETTE[3])],
+                               title="Peak memory per step", x_label="step", y_label=unit),
+                     "Peak allocated memory of each step."))
+    return figs
+
+
+WATCH = Section(
+    id="watch", title="Your training run (watched)", facts="watch",
+    present=lambda f: f.watch is not None and bool(f.watch.steps),
+    lead=lambda f: "Your own training job, step by step, as gcdoctor.watch recorded it.",
+    keys=_watch_keys, plots=_watch_plots, notes=lambda f: list(f.watch.notes), topics=("watch",),
+    tables=lambda f: [Table("watch-steps", [Column("step", "int", key=True), Column("step", "ms"),
+                                            Column("loss", "sci"), Column("peak allocated", "bytes"),
+                                            Column("peak reserved", "bytes"), Column("profiled", "text")],
+                            _watch_rows, title="Steps", fold=True)])
+
+
+def _monitor_keys(facts: Facts) -> list[Key]:
+    m = facts.monitor
+    return [Key("devices", "devices", ", ".join(m.devices) or m.device_kind),
+            Key("duration", "duration", m.duration_s, "s"),
+            Key("windows", "windows", f"{len(m.windows)} of {m.window_s:g} s"),
+            Key("followed", "followed run", m.followed_run or "—")]
+
+
+def _monitor_plots(facts: Facts, run_dir: Path | None) -> list[tuple[str, str]]:
+    m = facts.monitor
+    names = sorted({k for w in m.windows for k, v in w.values.items() if v is not None})
+    figs = []
+    for suffix, title in (("_pct", "Utilisation and CPU (%)"), ("_gbs", "PCIe throughput (GB/s)")):
+        series = [Series(n, [(w.t_start_s, w.values[n]) for w in m.windows if w.values.get(n) is not None],
+                         PALETTE[i % len(PALETTE)], markers=False)
+                  for i, n in enumerate(x for x in names if x.endswith(suffix))]
+        if series:
+            figs.append((line_plot(series, title=title, x_label="seconds", y_label=title.split("(")[-1][:-1],
+                                   width=1040, height=220), f"Window means ({m.window_s:g} s windows)."))
+    return figs
+
+
+MONITOR = Section(
+    id="monitor", title="Monitored job", facts="monitor",
+    present=lambda f: f.monitor is not None and bool(f.monitor.windows),
+    lead=lambda f: "Telemetry of a training job in another process, cut into windows the rules judge.",
+    keys=_monitor_keys, plots=_monitor_plots, topics=("monitor",), wide_plots=True,
+    tables=lambda f: [Table("monitor-processes", [Column("device", key=True), Column("pid", "int", key=True),
+                                                  Column("process", "text"), Column("max memory", "bytes")],
+                            lambda f: [[p.device, p.pid, p.name or "not visible", p.max_used_memory_bytes]
+                                       for p in f.monitor.processes], title="Processes on the devices")])

@@ -1,0 +1,85 @@
+"""What every writer selects from the verdicts and the environment, in one place (selection by scope,
+status and topic only: the rules decided everything else)."""
+from __future__ import annotations
+
+from typing import Any
+
+from gcdoctor.engine import EXPERIMENT, SEVERITY_ORDER, Verdict
+from gcdoctor.facts import Facts
+from gcdoctor.report.bottom_line import PRESCRIPTION
+from gcdoctor.report.model import format_value
+
+
+def sort_key(v: Verdict) -> tuple:
+    return (SEVERITY_ORDER.get(v.severity, 9), v.code, v.subject)
+
+
+def configuration_findings(verdicts: list[Verdict]) -> list[Verdict]:
+    """Configuration verdicts that fired (or rules that raised), and the prescription: the cards shown in
+    full under the bottom line."""
+    out = [v for v in verdicts if (v.scope != EXPERIMENT and v.status in ("fired", "error"))
+           or (v.status == "error")]
+    return sorted(out, key=lambda v: (v.topic != PRESCRIPTION,) + sort_key(v))
+
+
+def by_topic(verdicts: list[Verdict]) -> dict[str, list[Verdict]]:
+    out: dict[str, list[Verdict]] = {}
+    for v in sorted(verdicts, key=sort_key):
+        out.setdefault(v.topic or "other", []).append(v)
+    return out
+
+
+def counts(verdicts: list[Verdict], scope: str) -> dict[str, int]:
+    """{severity or status word: count} of one scope: what the HTML header's badges count."""
+    out: dict[str, int] = {}
+    for v in verdicts:
+        if (v.scope == EXPERIMENT) != (scope == EXPERIMENT) or v.topic == PRESCRIPTION:
+            continue
+        key = v.severity if v.status in ("fired", "error") else ("ok" if v.status == "passed" else "inconclusive")
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+def settings_text(facts: Facts) -> str | None:
+    """The run's settings as the facts hold them; None for a bare trace (it records none of them)."""
+    st = facts.settings
+    if st.command == "analyze" and facts.model is None:
+        return None
+    parts = [f"sequence {st.seq_len}" if st.seq_len else "", st.dtype, st.optimizer]
+    if st.command == "diagnose":
+        parts.append(f"{st.warmup_steps} warm-up + {st.measure_steps} measured steps per point")
+        if st.probes:
+            parts.append("probes " + ", ".join(st.probes))
+    return ", ".join(p for p in parts if p) or None
+
+
+def environment_rows(facts: Facts) -> list[tuple[str, str]]:
+    e, st, m = facts.environment, facts.settings, facts.model
+    rows: list[tuple[str, Any]] = []
+    if m is not None:
+        rows.append(("model", f"{m.name} ({m.source}), {m.n_layers}/{m.n_layers_full} layers, "
+                              f"{m.n_params / 1e9:.3f} B parameters, {m.dtype}, attention {m.attn_implementation}"))
+    rows += [("device", f"{e.device_name or '—'} ({e.device_kind or '—'})"
+              + (f" × {e.device_count}" if e.device_count and e.device_count > 1 else "")),
+             ("device memory", format_value(e.total_memory_bytes, "bytes")), ("driver", e.driver),
+             ("runtime", e.runtime), ("torch", e.torch), ("transformers", e.transformers), ("deepspeed", e.deepspeed),
+             ("torch_musa", e.torch_musa), ("python", e.python), ("gcdoctor", e.gcdoctor)]
+    if e.host or e.cpu_count or e.host_memory_bytes:
+        rows.append(("host", ", ".join(x for x in (e.host, f"{e.cpu_count} CPUs" if e.cpu_count else "",
+                                                   format_value(e.host_memory_bytes, "bytes")
+                                                   if e.host_memory_bytes else "") if x)))
+    rates = ", ".join(x for x in (
+        f"bf16 {e.peak_bf16_tflops:g} TFLOP/s" if e.peak_bf16_tflops else "",
+        f"fp32 {e.peak_fp32_tflops:g} TFLOP/s" if e.peak_fp32_tflops else "",
+        f"memory {e.memory_bandwidth_gbs:g} GB/s" if e.memory_bandwidth_gbs else "",
+        f"PCIe {e.pcie_peak_gbs:g} GB/s" if e.pcie_peak_gbs else "") if x)
+    if rates or e.device_kind not in ("", "cpu"):
+        rows.append(("peak rates", rates or "unknown for this device"))
+    settings = settings_text(facts)
+    rows.append(("settings", settings or "not recorded in a bare trace"))
+    wall = f", wall {st.wall_s} s" if st.wall_s is not None else ""
+    rows.append(("run", f"{st.command}" + (f", started {st.started_at}" if st.started_at else "") + wall
+                 + (", INTERRUPTED: partial results" if st.interrupted else "")
+                 + (f", error: {st.error}" if st.error else "")))
+    rows += [(f"not measured: {k}", v) for k, v in sorted(facts.unavailable.items())]
+    return [(k, "—" if v is None else str(v)) for k, v in rows if v not in (None, "")]
