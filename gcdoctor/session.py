@@ -281,7 +281,9 @@ class Session:
         self.verdicts = evaluate(self.facts, overrides=self.config.thresholds)
         for v in self.verdicts:
             sig = (v.severity, v.headline)
-            if v.status != "inconclusive" and self._issued.get(v.key) != sig:
+            # inconclusive verdicts stay in the report, except those with a bottom-line line to show
+            # (the prescription that cannot choose says so on the TUI too)
+            if (v.status != "inconclusive" or v.line) and self._issued.get(v.key) != sig:
                 self._issued[v.key] = sig
                 self.bus.emit(VerdictIssued(v.to_dict()))
         return self.verdicts
@@ -319,7 +321,8 @@ class Session:
         self.bus.subscribe(self.rundir.on_event)
         s = self.spec
         self.bus.emit(RunStarted(str(self.rundir.path), self.config.command, {
-            "model": s.name, "layers": s.n_layers, "params": s.param_count(), "seq_len": self.resolved.seq_len,
+            "model": s.name, "layers": s.n_layers, "layers_full": s.n_layers_full, "params": s.param_count(),
+            "seq_len": self.resolved.seq_len,
             "dtype": self.resolved.dtype, "optimizer": self.config.optimizer,
             "probes": [p.name for p in self.probes], "warmup_steps": self.config.warmup_steps,
             "measure_steps": self.config.measure_steps}, self.facts.environment.__dict__))

@@ -41,7 +41,11 @@ def test_replayed_run_fills_the_panels_and_shows_its_verdicts():
             await pilot.pause()
             table = app.query_one(MeasurementsTable)
             assert table.row_count == len(rows)
-            assert {k[0] for k in app.query_one(VerdictList).keys} == verdicts
+            vl = app.query_one(VerdictList)
+            assert {k[0] for k in vl.keys if k[0]} == verdicts
+            # the run is over: the list leads with the bottom line, the same rows as the report
+            assert str(vl.get_option_at_index(0).prompt).startswith("Bottom line: ")
+            assert app.screen.has_class("-finished") and not app.query_one("#top").display
             cpu = {r.label: r for r in diagnose_rows(app.state, wide=False)}["CPU"]
             assert cpu.series == "cpu_pct"
             gpu = {r.label: r for r in diagnose_rows(app.state, wide=False)}["GPU util"]

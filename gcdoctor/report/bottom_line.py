@@ -74,6 +74,22 @@ def title_of(facts: Facts) -> str:
     return ", ".join(parts)
 
 
+def title_from_settings(settings: dict, environment: dict) -> str:
+    """The same title from a RunStarted event's settings and environment (the TUI has no Facts)."""
+    model = settings.get("model") or "the run"
+    layers, full = settings.get("layers"), settings.get("layers_full")
+    if layers and full and layers < full:
+        model += f" ({layers} of {full} layers)"
+    parts = [f"{model} on {environment.get('device_name') or environment.get('device_kind') or 'an unknown device'}"]
+    if settings.get("seq_len"):
+        parts.append(f"seq {settings['seq_len']}")
+    if settings.get("dtype"):
+        parts.append(str(settings["dtype"]))
+    if settings.get("optimizer"):
+        parts.append({"adamw": "AdamW", "sgd": "SGD"}.get(settings["optimizer"], str(settings["optimizer"])))
+    return ", ".join(parts)
+
+
 def problems_of(facts: Facts) -> list[str]:
     """What makes the run incomplete: an interruption, an error, probes that crashed."""
     st = facts.settings

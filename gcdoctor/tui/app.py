@@ -165,6 +165,11 @@ class DashboardApp(App[None]):
         if "table" in changed:
             for w in self.query(MeasurementsTable):
                 w.sync()
+        if "finished" in changed and self.mode != "monitor":
+            # the run is over: the bottom line takes the room of the live telemetry and the table
+            self.screen.add_class("-finished")
+            for w in self.query("#verdicts"):
+                w.border_title = "bottom line and verdicts"
         if "verdicts" in changed:
             for w in self.query(VerdictList):
                 w.sync()

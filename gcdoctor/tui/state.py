@@ -305,9 +305,29 @@ class DashboardState:
             self._log(LogLine(f"the run failed: {ev.error}", "error"))
         if ev.report_path:
             self._log(LogLine(f"report: {ev.report_path}"))
-        return {"probe", "log", "status"}
+        return {"probe", "log", "status", "verdicts", "finished"}
 
     # -- reading -------------------------------------------------------------------------------
+    def bottom_line(self, width: int) -> list:
+        """The bottom line of what was received so far, `width` columns wide (the report's rows)."""
+        from gcdoctor.engine import Verdict
+        from gcdoctor.report.bottom_line import bottom_line, title_from_settings
+        verdicts = []
+        for e in self.verdicts.values():
+            try:
+                verdicts.append(Verdict.from_dict(e.verdict))
+            except (TypeError, ValueError, KeyError):
+                continue
+        problems = []
+        f = self.finished
+        if f is not None and f.interrupted:
+            problems.append("the run was interrupted: the verdicts judge what was measured before it stopped")
+        if f is not None and f.error:
+            problems.append(f"the run ended with an error: {f.error}")
+        problems += [f"probe {p.probe} crashed ({p.error}): its verdicts are missing" for p in self.probes_finished
+                     if not p.ok and p.error != "interrupted"]
+        return bottom_line(verdicts, title_from_settings(self.settings, self.environment), problems, width=width)
+
     def sorted_verdicts(self) -> list[VerdictEntry]:
         """Most severe first; among equals, in the order they first appeared."""
         return sorted(self.verdicts.values(),

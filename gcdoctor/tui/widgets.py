@@ -20,6 +20,9 @@ SEVERITY_STYLE = {"critical": "bold $text-error", "warning": "bold $text-warning
                   "ok": "$text-success", "inconclusive": "dim"}
 SEVERITY_ICON = {"critical": "✖", "warning": "▲", "info": "●", "ok": "✔", "inconclusive": "?"}
 LOG_STYLE = {"warning": "text-warning", "error": "text-error"}
+BOTTOM_STYLE = {"err": "bold $text-error", "crit": "bold $text-error", "warn": "bold $text-warning",
+                "stop": "bold $text-error", "ok": "$text-success", "use": "bold $text-primary", "dev": "$text-primary",
+                "?": "dim", "...": "dim"}
 
 
 def _fit(text: str, width: int) -> str:
@@ -209,12 +212,36 @@ class VerdictList(OptionList):
         current = self.keys[self.highlighted] if self.highlighted is not None and self.highlighted < len(
             self.keys) else None
         self.clear_options()
-        self.keys = [e.key for e in entries]
+        self.keys = []
+        if self.state.finished is not None and self.state.command != "monitor":
+            # the run is over: the answer first, the same rows as the console and the report
+            width = self._row_width()
+            for i, row in enumerate(self.state.bottom_line(width)):
+                key = row.key if row.key in self.state.verdicts and not row.cont else None
+                self.keys.append(key or ("", f"row{i}"))
+                style = "bold" if row.title else BOTTOM_STYLE.get(row.mark, "")
+                self.add_option(Option(Content.styled(row.render(width), style), disabled=key is None))
+            self.keys.append(("", "sep"))
+            self.add_option(Option(Content.styled("─ every verdict, most severe first ─", "dim"), disabled=True))
+        self.keys += [e.key for e in entries]
         self.add_options([Option(verdict_prompt(e), id=f"{e.key[0]}|{e.key[1]}") for e in entries])
-        if not entries:
+        if not entries and self.state.finished is None:
             self.add_option(Option(Content.styled(self.placeholder, "dim"), disabled=True))
-        else:
-            self.highlighted = self.keys.index(current) if current in self.keys else 0
+        elif self.keys:
+            selectable = [k for k in self.keys if k in self.state.verdicts]
+            if selectable:
+                self.highlighted = self.keys.index(current if current in selectable else selectable[0])
+
+    def _row_width(self) -> int:
+        """Columns a row may use: the list's content width once laid out (less the scrollbar)."""
+        w = self.scrollable_content_region.width or self.content_size.width
+        if not w:
+            w = (self.app.size.width or 80) - 6
+        return max(30, min(80, w - 3))  # the option's own padding and the scrollbar
+
+    def on_resize(self) -> None:
+        if self.state.finished is not None:
+            self.sync()
 
     def selected_verdict(self) -> dict[str, Any] | None:
         if self.highlighted is None or self.highlighted >= len(self.keys):
