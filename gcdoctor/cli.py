@@ -216,10 +216,14 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
+    from gcdoctor.report.console import output_width, wrap
     from gcdoctor.rules import ALL_RULES
+    width = output_width()
     for r in ALL_RULES:
+        print("\n".join(wrap(f"{r.code}  {r.slug}: {r.title}", width, " " * 7, first="")))
         th = ", ".join(f"{k}={v:g}" for k, v in r.defaults.items())
-        print(f"{r.code}  {r.slug:34s} {r.title}{f'  [{th}]' if th else ''}")
+        if th:
+            print("\n".join(wrap(f"thresholds: {th}", width, " " * 7, first=" " * 7)))
     return 0
 
 
@@ -228,14 +232,22 @@ def cmd_explain(args: argparse.Namespace) -> int:
     rule = find_rule(args.code)
     if rule is None:
         raise UserError(f"unknown rule {args.code!r} (see `gcdoctor rules`)")
-    print(f"{rule.code} {rule.slug}: {rule.title}\n")
-    print(rule.doc())
+    from gcdoctor.report.console import output_width, wrap
+    width = output_width()
+    print("\n".join(wrap(f"{rule.code} {rule.slug}: {rule.title}", width, "  ", first="")) + "\n")
+    for para in rule.doc().split("\n\n"):  # the docstring's paragraphs, rewrapped to the width
+        lines = para.splitlines()
+        if lines and lines[0].rstrip().endswith(":") and len(lines) > 1:  # a section heading
+            print(lines[0].strip())
+            lines = lines[1:]
+        print("\n".join(wrap(" ".join(x.strip() for x in lines), width, "  ", first="  ")) + "\n")
     if rule.defaults:
-        print("\nThresholds (override with --threshold CODE.name=value or [thresholds.CODE] in a TOML file):")
+        print("\n".join(wrap("Thresholds (override with --threshold CODE.name=value or [thresholds.CODE] in a "
+                             "TOML file):", width)))
         for k, v in rule.defaults.items():
             print(f"  {k} = {v:g}")
     if rule.requires:
-        print(f"\nNeeds facts: {', '.join(rule.requires)}")
+        print("\n".join(wrap(f"Needs facts: {', '.join(rule.requires)}", width, "  ", first="")))
     return 0
 
 

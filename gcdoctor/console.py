@@ -41,7 +41,9 @@ class ConsolePrinter:
             elif isinstance(ev, ProbeStarted):
                 self._line(f"probe {ev.probe}: {ev.description}")
             elif isinstance(ev, Progress) and ev.message:
-                self._line(f"  {ev.probe} {ev.variant} batch {ev.batch_size}: {ev.message}")
+                what = " ".join(x for x in (ev.probe, ev.variant, f"batch {ev.batch_size}"
+                                            if ev.batch_size is not None else "") if x)
+                self._line(f"  {what}: {ev.message}")
             elif isinstance(ev, StepMeasured):
                 if self.tty:
                     self.out.write(f"\r\033[K  {ev.probe} {ev.variant} b={ev.batch_size} {ev.phase} step "

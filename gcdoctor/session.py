@@ -98,11 +98,13 @@ class ProbeContext:
     # measuring ----------------------------------------------------------------------------
     def measure(self, probe: str, variant: str, make_step: Callable[[], TrainingStep], batch_size: int,
                 spec: models.ModelSpec | None = None, warmup: int | None = None, steps: int | None = None,
-                profile_key: str | None = None, search: bool = False) -> Measurement:
+                profile_key: str | None = None, search: bool = False,
+                throughput: tuple[int, float] | None = None) -> Measurement:
         """Warm up, then time `steps` synchronised steps; OOM is a result, not a crash.
 
         After an OOM everything the step allocated is freed and the allocator is checked to be
-        back at its baseline before the next measurement.
+        back at its baseline before the next measurement. `throughput` (tokens, FLOPs per step) is for
+        workloads that are not the language model (the synthetic blocks): their tokens/s and MFU.
         """
         cfg, b = self.config, self.backend
         spec = spec or self.spec
@@ -149,11 +151,12 @@ class ProbeContext:
             if baseline is not None and after is not None and after > baseline + (1 << 20):
                 self.log(f"after the OOM at batch {batch_size}, {after - baseline} bytes were not freed", "warning")
         else:
-            self._fill(m, records, spec)
+            self._fill(m, records, spec, throughput)
         self.bus.emit(MeasurementRecorded(probe, measurement_row(m)))
         return m
 
-    def _fill(self, m: Measurement, records: list[StepRecord], spec: models.ModelSpec) -> None:
+    def _fill(self, m: Measurement, records: list[StepRecord], spec: models.ModelSpec,
+              throughput: tuple[int, float] | None = None) -> None:
         m.step_ms = [r.step_ms for r in records]
         m.step_ms_median = median(m.step_ms)
         m.forward_ms_median = median([r.forward_ms for r in records])
@@ -172,8 +175,14 @@ class ProbeContext:
         m.baseline_allocated_bytes = top([r.baseline_allocated_bytes for r in records])
         m.activation_after_forward_bytes = top([r.activation_after_forward_bytes for r in records])
         if m.step_ms_median:
-            m.tokens_per_s = m.batch_size * m.seq_len / (m.step_ms_median / 1e3)
-            m.model_tflops_per_s = spec.flops_per_token(m.seq_len) * m.tokens_per_s / 1e12
+            if throughput is not None:
+                tokens, flops = throughput
+                m.seq_len = tokens
+                m.tokens_per_s = tokens / (m.step_ms_median / 1e3)
+                m.model_tflops_per_s = flops / (m.step_ms_median / 1e3) / 1e12
+            else:
+                m.tokens_per_s = m.batch_size * m.seq_len / (m.step_ms_median / 1e3)
+                m.model_tflops_per_s = spec.flops_per_token(m.seq_len) * m.tokens_per_s / 1e12
             env = self.facts.environment
             peak = env.peak_fp32_tflops if self.dtype == "fp32" else env.peak_bf16_tflops
             m.mfu = m.model_tflops_per_s / peak if peak else None

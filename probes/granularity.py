@@ -19,7 +19,7 @@ import torch
 
 from gcdoctor.capture import TrainingStep, enable_layer_checkpointing, free_memory
 from gcdoctor.config import RunConfig
-from gcdoctor.facts import Facts, Measurement
+from gcdoctor.facts import Facts
 from gcdoctor.facts.granularity import GranularityFacts, GranularityGroup, GranularityVariant
 from gcdoctor.probes._regions import RegionCensus, wrap_in_checkpoint
 from gcdoctor.probes.launch_cost import measure_launch_cost
@@ -154,11 +154,11 @@ class GranularityProbe:
                 census = RegionCensus()
                 undo = apply_synthetic_variant(model, variant, census)
                 try:
-                    row = self._measure(ctx, group, variant, baseline, description, census, steps, lambda: _CensusStep(
-                        census, model, ctx.backend, 1, size.tokens, cfg.optimizer, cfg.seed, forward=synthetic_loss))
+                    self._measure(ctx, group, variant, baseline, description, census, steps, lambda: _CensusStep(
+                        census, model, ctx.backend, 1, size.tokens, cfg.optimizer, cfg.seed, forward=synthetic_loss),
+                        throughput=(size.tokens, flops_per_step))
                 finally:
                     undo()
-                _fix_synthetic_throughput(ctx, row.measurement, size.tokens, flops_per_step)
         finally:
             del model
             free_memory(ctx.backend)
@@ -168,11 +168,12 @@ class GranularityProbe:
     # -- one variant -----------------------------------------------------------------------
     def _measure(self, ctx, group: GranularityGroup, variant: str, baseline: str | None, description: str,
                  census: RegionCensus, steps: int, make_step: Callable[[], TrainingStep],
-                 spec: Any = None) -> GranularityVariant:
+                 spec: Any = None, throughput: tuple[int, float] | None = None) -> GranularityVariant:
         key = f"{self.name}/{group.name}/{variant}"
         profile = ctx.config.profile and (ctx.backend.kind != "cpu" or (group.name, variant) in CPU_PROFILED)
         m = ctx.measure(self.name, f"{group.name}/{variant}", make_step, group.batch_size, spec=spec,
-                        warmup=ctx.facts.granularity.warmup_steps, steps=steps, profile_key=key if profile else None)
+                        warmup=ctx.facts.granularity.warmup_steps, steps=steps, profile_key=key if profile else None,
+                        throughput=throughput)
         row = GranularityVariant(group=group.name, variant=variant, description=description,
                                  baseline_variant=baseline, measurement=m)
         if census.counted is not None:
@@ -328,20 +329,6 @@ class SyntheticStack(torch.nn.Module):
 def synthetic_loss(model: SyntheticStack, input_ids: torch.Tensor) -> torch.Tensor:
     """TrainingStep's forward for the synthetic stack: the token ids are ignored."""
     return model(model.inputs).float().square().mean()
-
-
-def _fix_synthetic_throughput(ctx, m: Measurement | None, tokens: int, flops_per_step: float) -> None:
-    """ctx.measure counted tokens and FLOPs of the language model: redo them for the stack."""
-    if m is None:
-        return
-    m.seq_len = tokens
-    if not m.step_ms_median:
-        return
-    m.tokens_per_s = tokens / (m.step_ms_median / 1e3)
-    m.model_tflops_per_s = flops_per_step / (m.step_ms_median / 1e3) / 1e12
-    env = ctx.facts.environment
-    peak = env.peak_fp32_tflops if ctx.dtype == "fp32" else env.peak_bf16_tflops
-    m.mfu = m.model_tflops_per_s / peak if peak else None
 
 
 # -- derived numbers -----------------------------------------------------------------------

@@ -114,3 +114,20 @@ def test_facts_reload_and_report_shows_the_variants(run):
     fine = next(x for x in md.splitlines() if x.startswith("| model | fine | each nn.Linear of each layer, separately |"))
     assert "| 28 |" in fine  # regions per step: one per Linear of each of the 4 layers' 7 Linears
     assert md.count("| best trade-off, ") == 3
+
+
+def test_the_live_rows_of_the_synthetic_blocks_use_their_own_flop_count(run):
+    # the rows shown live (console, TUI, events.jsonl) and the facts agree: the synthetic stack's tokens
+    # and FLOPs, never the language model's (which read as MFU of 611-2210% on the H200)
+    session, out = run
+    import json
+    rows = {json.loads(x)["row"]["variant"]: json.loads(x)["row"] for x in (out / "events.jsonl").read_text().splitlines()
+            if '"MeasurementRecorded"' in x}
+    for g in session.facts.granularity.groups:
+        if not g.name.startswith("synthetic"):
+            continue
+        for v in g.variants:
+            if v.fits:
+                m = v.measurement
+                assert rows[f"{g.name}/{v.variant}"]["tokens_per_s"] == round(m.tokens_per_s)
+                assert m.seq_len == g.tokens_per_step

@@ -25,6 +25,11 @@ BOTTOM_STYLE = {"err": "bold $text-error", "crit": "bold $text-error", "warn": "
                 "?": "dim", "...": "dim"}
 
 
+def plural(n: int, word: str) -> str:
+    """'1 finding', '2 findings'."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
 def _fit(text: str, width: int) -> str:
     """Cut `text` to `width` cells with an ellipsis (all our texts are single-width characters)."""
     return text if len(text) <= width else (text[: max(0, width - 1)] + "…" if width > 0 else "")
@@ -113,7 +118,8 @@ class ProbePanel(Widget):
             if st.finished is not None:
                 fired = sum(1 for e in st.verdicts.values() if e.verdict.get("status") == "fired")
                 head = "stopped" if st.finished.interrupted else "finished"
-                lines = [Content.assemble((head, "bold"), f": {len(st.rows)} measurements, {fired} findings")]
+                lines = [Content.assemble((head, "bold"), f": {plural(len(st.rows), 'measurement')}, "
+                                                          f"{plural(fired, 'finding')}")]
                 for f in st.probes_finished:
                     mark, style = ("✔", "$text-success") if f.ok else ("✖", "$text-error")
                     secs = f" in {fmt_seconds(f.seconds)}" if f.seconds is not None else ""
