@@ -139,6 +139,9 @@ class OffloadStallRule(Rule):
         # no telemetry: the device is busy less than half of the optimizer phase's host time, so the
         # host spends the phase on work the device does not see (the Adam step on the CPU)
         "max_optimizer_device_busy_share": 0.5,
+        # cpu_checkpointing took effect: at least 90% of the checkpoints' bytes left the device per step
+        # (DeepSpeed keeps nothing else on that path; the rest is the last checkpoints it may keep)
+        "min_offloaded_ratio": 0.9,
     }
 
     def check(self, facts: Facts, t: dict[str, float]) -> list[Verdict]:
@@ -154,6 +157,48 @@ class OffloadStallRule(Rule):
 
     # -- the offload probe -------------------------------------------------------------------
     def _variants(self, facts: Facts, t: dict[str, float]) -> list[Verdict]:
+        return self._stalls(facts, t) + [v for v in (self._offloaded(facts, x, t) for x in facts.offload.variants)
+                                         if v is not None]
+
+    def _offloaded(self, facts: Facts, v: OffloadVariant, t: dict[str, float]) -> Verdict | None:
+        """Did a variant that should put the checkpoints on the host (DeepSpeed cpu_checkpointing) do so?
+        The probe records three readings; this judges them: the bytes that went device-to-host per step
+        (the trace's, else DeepSpeed's own counters) against the checkpoints it should have moved."""
+        ck = v.ckpt_check
+        if ck is None:
+            return None
+        subject = f"{v.variant}: checkpoints on the host"
+        expected = ck.expected_offload_bytes_per_step
+        got, how = ((ck.trace_d2h_bytes_per_step, "the trace's device-to-host copies")
+                    if ck.trace_d2h_bytes_per_step is not None else
+                    (ck.ds_offloaded_bytes_per_step, "DeepSpeed's offload counters"))
+        if not expected or got is None:
+            return self.inconclusive(f"{v.variant}: whether the checkpoints went to the host could not be checked ("
+                                     + (ck.detail or "no trace and no DeepSpeed counters") + ")", subject=subject)
+        mib = 2**20
+        ev = [Evidence("expected to the host per step", expected / mib, "MiB"),
+              Evidence(f"moved per step ({how})", got / mib, "MiB"), Evidence("ratio", got / expected, "x"),
+              Evidence("checkpoints per step", ck.n_checkpoints), Evidence("kept on the device", ck.kept_on_device),
+              Evidence("device memory held after forward", None if ck.saved_after_forward_bytes is None
+                       else ck.saved_after_forward_bytes / mib, "MiB"),
+              Evidence("the same with checkpoints on the device (gc)", None if ck.saved_after_forward_gc_bytes is None
+                       else ck.saved_after_forward_gc_bytes / mib, "MiB")]
+        if got >= t["min_offloaded_ratio"] * expected:
+            return self.passed(f"{v.variant}: the checkpoints went to the host ({got / mib:,.1f} of "
+                               f"{expected / mib:,.1f} MiB per step)", ev, subject=subject)
+        return self.fired(
+            "warning", f"{v.variant}: the checkpoints stayed on the device: {got / mib:,.1f} MiB per step went to the "
+            f"host of {expected / mib:,.1f} MiB expected", ev,
+            "DeepSpeed's cpu_checkpointing was asked to keep the layer checkpoints in host memory, but fewer bytes "
+            "left the device than the checkpoints hold: the configuration did not take effect (partition_activations "
+            "off, checkpointing configured after the model was wrapped, or DeepSpeed's checkpoint function not the one "
+            "the model calls).",
+            "Configure deepspeed.checkpointing (partition_activations=True, cpu_checkpointing=True) before the model "
+            "runs and make the model call deepspeed.checkpointing.checkpoint; check the device memory held after the "
+            "forward falls.", subject=subject,
+            line=f"DeepSpeed cpu_checkpointing did not move the checkpoints to the host here ({got / expected:.0%})")
+
+    def _stalls(self, facts: Facts, t: dict[str, float]) -> list[Verdict]:
         o = facts.offload
         ref = o.get(o.reference)
         ref_stall = ref.stall_share if ref is not None and ref.ran else None

@@ -20,9 +20,10 @@ DATA = REPO / "tests" / "data"
 RULE = BY_CODE["GC020"]
 
 
-def judge(facts: Facts, **overrides: float) -> dict[str, object]:
+def judge(facts: Facts, ckpt: bool = False, **overrides: float) -> dict[str, object]:
+    """GC020's verdicts by subject; the stall verdicts only unless `ckpt` (the cpu_checkpointing check)."""
     verdicts = evaluate(facts, [RULE], overrides={"GC020": overrides} if overrides else None)
-    return {v.subject: v for v in verdicts}
+    return {v.subject: v for v in verdicts if ckpt or not v.subject.endswith("checkpoints on the host")}
 
 
 def tel(**means: float) -> dict[str, SeriesSummary]:
@@ -39,9 +40,31 @@ ALL_CLEAN = {"gc": "clean", "gc+save_on_cpu-pinned": "overlapped", "gc+save_on_c
 # -- the offload probe's facts ------------------------------------------------------------------
 
 def test_inconclusive_on_the_recorded_cpu_run():
-    (v,) = judge(Facts.load(SAMPLE)).values()
-    assert v.status == "inconclusive"
-    assert "CPU run" in v.headline
+    verdicts = judge(Facts.load(SAMPLE), ckpt=True)
+    assert sorted(verdicts) == ["", "deepspeed-ckpt-cpu: checkpoints on the host"]
+    assert verdicts[""].status == "inconclusive" and "CPU run" in verdicts[""].headline
+    ck = verdicts["deepspeed-ckpt-cpu: checkpoints on the host"]
+    assert ck.status == "inconclusive" and "not checkable on the CPU" in ck.headline
+
+
+H200 = REPO / "samples" / "h200-llama3-8b-diagnose" / "facts.json"
+CKPT = "deepspeed-ckpt-cpu: checkpoints on the host"
+
+
+def test_the_h200_run_moved_its_checkpoints_to_the_host():
+    v = judge(Facts.load(H200), ckpt=True)[CKPT]
+    assert (v.status, v.scope, v.topic) == ("passed", "experiment", "offload")
+    assert v.headline == "deepspeed-ckpt-cpu: the checkpoints went to the host (96.0 of 96.0 MiB per step)"
+
+
+def test_checkpoints_that_stayed_on_the_device_are_a_device_finding():
+    facts = Facts.load(H200)
+    ck = facts.offload.get("deepspeed-ckpt-cpu").ckpt_check
+    ck.trace_d2h_bytes_per_step = 0.1 * ck.expected_offload_bytes_per_step  # the probe's own flag is not read
+    v = judge(facts, ckpt=True)[CKPT]
+    assert (v.status, v.severity) == ("fired", "warning")
+    assert v.line == "DeepSpeed cpu_checkpointing did not move the checkpoints to the host here (10%)"
+    assert judge(facts, ckpt=True, min_offloaded_ratio=0.05)[CKPT].status == "passed"
 
 
 def test_silent_when_every_offload_is_overlapped(offload_gpu_like):
