@@ -46,6 +46,10 @@ class RecomputeShareRule(Rule):
         windows = {k: tm for k, tm in facts.trace.items() if ("/" in k or k == "all") and "|" not in k
                    and tm.recompute_share is not None and tm.recompute_busy_us}
         if not windows:
+            found = [k for k, tm in facts.trace.items() if k.endswith("|recompute") or k == "recompute"]
+            if found and all(facts.trace[k].device_unavailable for k in found):
+                return self.inconclusive("recomputation was found, but the trace has no device timing "
+                                         "(a CPU-only profile): no share of device time to judge")
             return self.inconclusive("no profiled window shows recomputation (no gcdoctor/recompute labels, and no "
                                      "forward ops replayed inside the backward)")
         out = []
