@@ -70,6 +70,7 @@ class _StepState:
     forwards: int = 0
     tokens: int = 0
     reserved_peak: int = 0
+    loss: Any = None  # the model output's `loss`, when it has one (HF models given labels)
 
 
 class StepHandle:
@@ -157,6 +158,7 @@ class Watcher:
         self._pending: list[_Pending] = []
         self._prev_end: Any = None  # the previous step's end mark: a device event, or perf_counter on the CPU
         self._prev_wall: float | None = None  # its synchronised host time (sync mode)
+        self._prev_host: float | None = None  # the host clock when the previous step ended (no sync)
         self._step: _StepState | None = None
         self._prof: Any = None
         self._prof_first: int | None = None
@@ -298,8 +300,12 @@ class Watcher:
         self._mark("end")
         st, self._step = self._step, None
         self._exit_tracking()
+        if loss is None:
+            loss = st.loss
         rec = WatchStep(index=self._index, t_start=st.t_start, profiled=self._prof is not None,
                         micro_batches=st.forwards, tokens=st.tokens or None)
+        if self._prev_host is not None:
+            rec.host_wait_ms = round((st.wall_start - self._prev_host) * 1e3, 4)
         if st.phase_peaks:
             rec.phase_peak_bytes = dict(st.phase_peaks)
             rec.peak_phase = max(st.phase_peaks, key=st.phase_peaks.get)
@@ -326,7 +332,7 @@ class Watcher:
                 rec.loss = float(loss)
             self._pending.append(_Pending(rec, marks, loss_host))
             self._resolve(block=False)
-        self._prev_end = st.marks[-1][1]
+        self._prev_end, self._prev_host = st.marks[-1][1], time.perf_counter()
         if self._prof is not None:
             self.facts.watch.profiled_steps.append(self._index)
             self._close_phase()
@@ -482,10 +488,13 @@ class Watcher:
         if opt is not None and hasattr(opt, "_optimizer_step_pre_hooks"):
             self._hooks.append(opt.register_step_pre_hook(lambda *a: self._optimizer_boundary("opt0")))
             self._hooks.append(opt.register_step_post_hook(lambda *a: self._optimizer_boundary("opt1")))
-            self.facts.watch.optimizer = type(opt).__name__
-            self.facts.settings.optimizer = type(opt).__name__.lower()
+            self.name_optimizer(opt)
         w = self.facts.watch
         w.phases_from = "+".join(x for x, ok in (("model", m is not None), ("optimizer", opt is not None)) if ok)
+
+    def name_optimizer(self, opt: Any) -> None:
+        self.facts.watch.optimizer = type(opt).__name__
+        self.facts.settings.optimizer = type(opt).__name__.lower()
 
     def _forward_pre(self, module: Any, args: tuple, kwargs: dict) -> None:
         if not (torch.is_grad_enabled() and getattr(module, "training", True)):
@@ -512,6 +521,9 @@ class Watcher:
         if st is None or not st.marks or st.marks[-1][0] != "fwd0":
             return
         self._mark("fwd1")
+        loss = getattr(output, "loss", None)
+        if isinstance(loss, torch.Tensor) and loss.dim() == 0:
+            st.loss = loss.detach()
         if self._prof is not None and self.label_phases:
             self._enter_phase("backward")
 
@@ -586,6 +598,7 @@ class Watcher:
         self._analyse_trace(gz)
         # the next step's wait starts now, not at the last step's end: exporting took host time
         self._prev_end, self._prev_wall = self._clock(), time.perf_counter()
+        self._prev_host = self._prev_wall
 
     # what the run was ------------------------------------------------------------------------
     def _describe_checkpointing(self) -> None:

@@ -103,12 +103,29 @@ def test_trainer_callback_watches_a_real_trainer(micro_llama, tmp_path):
 
     from gcdoctor.hf import GcdoctorCallback
 
+    from transformers import TrainerCallback
+
+    class Tracker(TrainerCallback):  # stands for report_to's TensorBoard/W&B callbacks: they log in on_log
+        def __init__(self):
+            self.logged = []
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            self.logged.append(dict(logs))
+
     model = build_model(load_spec(micro_llama), "fp32", "cpu")
+    model.activation_checkpointing_enable({"use_reentrant": False})
     args = TrainingArguments(output_dir=str(tmp_path / "hf"), max_steps=5, per_device_train_batch_size=2,
                              logging_steps=1, report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True)
-    cb = GcdoctorCallback(out=tmp_path / "run", profile_steps=(2,), telemetry_hz=10)
-    trainer = Trainer(model=model, args=args, train_dataset=_Tokens(16, 16, 512), callbacks=[cb])
+    cb, tracker = GcdoctorCallback(out=tmp_path / "run", profile_steps=(2,), telemetry_hz=10), Tracker()
+    trainer = Trainer(model=model, args=args, train_dataset=_Tokens(16, 16, 512), callbacks=[tracker, cb])
     trainer.train()
+    assert cb.first_in_callbacks and trainer.callback_handler.callbacks[0] is cb
+    train_logs = [entry for entry in tracker.logged if "loss" in entry]
+    assert len(train_logs) == 5
+    assert all(entry["gcdoctor/step_ms"] > 0 and entry["gcdoctor/forward_ms"] > 0 for entry in train_logs)
+    assert all(entry["gcdoctor/optimizer_ms"] > 0 for entry in train_logs)
+    assert "gcdoctor/recompute_share" not in train_logs[1]  # before the profiled step 2 was analysed
+    assert train_logs[-1]["gcdoctor/recompute_share"] is not None  # ... and after it (host time on the CPU)
     facts = Facts.load(tmp_path / "run" / "facts.json")
     logged = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert [s.index for s in facts.watch.steps] == [0, 1, 2, 3, 4]
@@ -116,6 +133,10 @@ def test_trainer_callback_watches_a_real_trainer(micro_llama, tmp_path):
     assert facts.watch.profiled_steps == [2]
     assert "watch/watch-steps-2-2" in facts.trace
     assert (tmp_path / "run" / "report.md").is_file()
+    w = facts.watch
+    assert (w.batch_size, w.seq_len, w.optimizer) == (2, 16, "AdamW")
+    assert w.checkpointing.text() == "2/2 layers, use_reentrant=False"
+    assert (w.recompute.found, w.recompute.kind) == (True, "non-reentrant")
 
 
 def _train(model, opt, ids, w, steps, wait_s=0.0):

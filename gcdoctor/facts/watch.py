@@ -12,6 +12,8 @@ import statistics
 from dataclasses import dataclass, field
 
 PHASES = ("data", "forward", "backward", "optimizer", "other")
+# what the step summaries take medians of: the phases, and the host's wait between steps
+STEP_PARTS = ("host_wait", *PHASES)
 
 
 @dataclass
@@ -31,6 +33,9 @@ class WatchStep:
     # outside the model, and the backward); optimizer: inside optimizer.step(); other: after it
     # to the step's end (zero_grad, the LR scheduler, logging)
     data_ms: float | None = None
+    # host clock, from the previous step's end to this one's start (the loop outside the step:
+    # fetching the batch, Python); unlike data_ms it excludes the device draining earlier work
+    host_wait_ms: float | None = None
     forward_ms: float | None = None
     backward_ms: float | None = None
     optimizer_ms: float | None = None
@@ -41,6 +46,7 @@ class WatchStep:
     peak_phase: str | None = None  # the phase of the step's memory peak
 
     def phase_ms(self, phase: str) -> float | None:
+        """A STEP_PARTS entry's time: a phase, or host_wait."""
         return getattr(self, f"{phase}_ms")
 
 
@@ -118,7 +124,7 @@ class RankSummary:
     run_dir: str = ""
     steps: int = 0
     step_ms_median: float | None = None
-    phase_ms_median: dict[str, float] = field(default_factory=dict)  # data, forward, backward, optimizer, other
+    phase_ms_median: dict[str, float] = field(default_factory=dict)  # STEP_PARTS: host_wait, data, forward, ...
     peak_allocated_bytes: int | None = None
 
 
