@@ -235,8 +235,9 @@ def test_a_distributed_run_writes_a_directory_per_rank_or_rank_0_only(micro_llam
     model = build_model(load_spec(micro_llama), "fp32", "cpu")
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
     ids = torch.randint(512, (1, 8))
-    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("RANK", "1")  # as torchrun sets them before the process group exists
     monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: False)  # (another test may have made one)
     with gcdoctor.watch(model, opt, out=tmp_path / "all", profile_steps=(), telemetry_hz=0) as w:
         _train(model, opt, ids, w, 2)
     facts = Facts.load(tmp_path / "all" / "rank-1" / "facts.json")
