@@ -130,3 +130,22 @@ def test_gc001_and_gc005_keep_their_sweep_reasons_when_there_is_neither():
     f = Facts()
     assert judge("GC001", f).headline.endswith("no sweep.measurements in the facts (its probe did not run)")
     assert judge("GC005", f).status == "inconclusive"
+
+
+def test_gc020_judges_the_copies_of_a_watched_run_s_profiled_steps():
+    """An activation-offloading job, watched: its profiled steps' trace (the hand-made pageable-copy
+    device trace of the GC020 tests) under the watch key."""
+    from gcdoctor.facts.watch import WatchFacts
+    data = Path(__file__).resolve().parent / "data" / "offload-pageable.json"
+    facts = Facts(watch=WatchFacts())
+    for window, tm in compute_metrics(load_trace(data)).items():
+        facts.trace["watch/watch-steps-5-6" if window == "all" else f"watch/watch-steps-5-6|{window}"] = tm
+    [v] = evaluate_rule(find_rule("GC020"), facts)
+    assert (v.status, v.severity, v.scope, v.topic) == ("fired", "critical", "configuration", "watch")
+    assert v.headline == ("watch/watch-steps-5-6: the device stalls on the offload 40% of the step "
+                          "(pageable copies)")
+    assert "Judged on the watched run's profiled steps" in v.explanation
+    clean = Facts(watch=WatchFacts(), trace={"watch/watch-steps-5-6": compute_metrics(
+        load_trace(data.with_name("offload-clean.json")))["all"]})
+    [v] = evaluate_rule(find_rule("GC020"), clean)
+    assert (v.status, v.topic) == ("passed", "watch")
