@@ -60,6 +60,7 @@ def merge_ranks(path: str | Path) -> Facts:
             if k.startswith("trace.watch/"):
                 base.unavailable[k.replace("watch/", f"watch/rank-{r}/", 1)] = why
     base.watch.ranks = [rank_summary(r, dirs[r].name, f) for r, f in loaded.items()]
+    base.unavailable.pop("watch.ranks", None)
     world = {f.watch.world_size for f in loaded.values() if f.watch.world_size}
     if world and max(world) > len(loaded):
         base.watch.notes.append(f"{len(loaded)} of {max(world)} ranks have a run directory here")

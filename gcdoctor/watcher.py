@@ -648,6 +648,11 @@ class Watcher:
         if w.recompute is None and self.trace_paths:
             w.recompute = WatchRecompute(found=False, trace="watch/" + self.trace_paths[0].name.replace(".json.gz", ""))
         w.device_memory_bytes = self.backend.total_memory()
+        if not (self.world_size and self.world_size > 1):
+            self.facts.unavailable["watch.ranks"] = "a single-process run: no ranks to compare"
+        else:
+            self.facts.unavailable["watch.ranks"] = (f"rank {self.rank} of {self.world_size}: `gcdoctor analyze` of "
+                                                     "the folder above the rank-<r> directories compares the ranks")
         spec, why = _spec_of(self.model)
         if spec is None:
             self.facts.unavailable["memory_model"] = why
