@@ -627,7 +627,7 @@ class Watcher:
         for window, tm in metrics.items():
             self.facts.trace[key if window == "all" else f"{key}|{window}"] = tm
         rec = metrics.get("recompute")
-        found = find_recompute(tables) if rec is not None and rec.window_source == "recompute_inferred" else None
+        found = find_recompute(tables) if rec is not None else None  # labelled too: the form it shows
         n = sum(1 for i in self.facts.watch.profiled_steps if i >= self._prof_first)
         self.facts.watch.recompute = recompute_facts(key, metrics, found, self.facts.watch.recompute, n)
 
@@ -725,10 +725,12 @@ def recompute_facts(key: str, metrics: dict[str, Any], found: Any, prev: WatchRe
         out.source = rec.window_source
         regions = (out.regions_per_step or 0.0) * (total - n) + rec.range_count
         out.regions_per_step = round(regions / total, 2)
-        if found is not None:
-            out.method, out.kind, out.description = found.method, found.kind, found.describe()
-        elif rec.window_source == "labels":
+        if rec.window_source == "labels":
             out.method, out.description = "labels", f"{rec.range_count} gcdoctor/recompute ranges"
+            if found is not None:
+                out.kind = found.kind
+        elif found is not None:
+            out.method, out.kind, out.description = found.method, found.kind, found.describe()
     return out
 
 
