@@ -404,21 +404,31 @@ class Watcher:
             return
         ev = self._clock()
         prev = st.marks[-1][0] if st.marks else "prev"
-        if self.memory != "off" and st.marks:
-            phase = _phase_of(prev, name, st.forwards) or "other"
-            b = self.backend
-            peak = b.max_memory_allocated()
-            if peak is not None:
-                st.phase_peaks[phase] = max(st.phase_peaks.get(phase, 0), peak)
-            reserved = b.max_memory_reserved()
-            if reserved is not None:
-                st.reserved_peak = max(st.reserved_peak, reserved)
-            b.reset_peak()
-        elif self.memory != "off":
-            self.backend.reset_peak()  # the step's first mark: the peaks start here
+        if self.memory != "off":
+            # one stats read per phase end; the first forward's start is not one (the batch's copy
+            # to the device goes with the forward), so a step reads 4 times (2 more per micro-batch)
+            if st.marks and not (name == "fwd0" and not st.forwards):
+                phase = _phase_of(prev, name, st.forwards) or "other"
+                peak, reserved = self._peaks()
+                if peak is not None:
+                    st.phase_peaks[phase] = max(st.phase_peaks.get(phase, 0), peak)
+                if reserved is not None:
+                    st.reserved_peak = max(st.reserved_peak, reserved)
+            if not (name == "fwd0" and not st.forwards):
+                self.backend.reset_peak()  # host-side counters of the caching allocator: no synchronisation
         st.marks.append((name, ev))
         if name == "fwd1":
             st.forwards += 1
+
+    def _peaks(self) -> tuple[int | None, int | None]:
+        """(peak allocated, peak reserved) since the last reset, from one read of the allocator's
+        statistics (max_memory_allocated and max_memory_reserved would each build all of them)."""
+        mod = getattr(self.backend, "mod", None)
+        nested = getattr(mod, "memory_stats_as_nested_dict", None)
+        if nested is not None:
+            st = nested(self.backend.index)
+            return st["allocated_bytes"]["all"]["peak"], st["reserved_bytes"]["all"]["peak"]
+        return self.backend.max_memory_allocated(), self.backend.max_memory_reserved()
 
     def _phases(self, rec: WatchStep, marks: list[tuple[str, Any]]) -> None:
         """Phase times of a finished step from its marks (all events complete)."""

@@ -104,3 +104,16 @@ def test_gc050_needs_two_ranks():
     assert v.status == "inconclusive"
     [v] = evaluate_rule(find_rule("GC050"), ranks((1.0, 30.0)))
     assert v.status == "inconclusive" and "nothing to compare" in v.headline
+
+
+def test_the_sitecustomize_runs_a_sitecustomize_it_shadows(tmp_path):
+    from gcdoctor.autowatch import write_site
+    site = write_site(tmp_path / "gc-site")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import os\nos.environ['OTHER_SITECUSTOMIZE'] = 'ran'\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(other)]))
+    env.pop("GCDOCTOR_WATCH_OUT", None)
+    p = subprocess.run([sys.executable, "-c", "import os, sitecustomize; print(os.environ.get('OTHER_SITECUSTOMIZE'))"],
+                       capture_output=True, text=True, env=env)
+    assert (p.returncode, p.stdout.strip(), p.stderr) == (0, "ran", "")

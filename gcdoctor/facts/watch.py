@@ -42,7 +42,9 @@ class WatchStep:
     other_ms: float | None = None
     micro_batches: int = 0  # forwards with grad enabled in this step (gradient accumulation)
     tokens: int | None = None  # batch x sequence of the forwards' inputs, summed
-    phase_peak_bytes: dict[str, int] = field(default_factory=dict)  # phase -> peak allocated inside it
+    # phase -> peak allocated inside it (forward, backward, optimizer, other; the first forward's
+    # includes the batch's copy to the device from the step's start)
+    phase_peak_bytes: dict[str, int] = field(default_factory=dict)
     peak_phase: str | None = None  # the phase of the step's memory peak
 
     def phase_ms(self, phase: str) -> float | None:
