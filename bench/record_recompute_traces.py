@@ -20,7 +20,6 @@ tiny Llama (2 decoder layers, 64 wide, seq 32, batch 2) and the same AdamW step:
 from __future__ import annotations
 
 import argparse
-import functools
 from pathlib import Path
 
 import torch

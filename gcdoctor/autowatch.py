@@ -27,7 +27,8 @@ from typing import Any
 ENV_OUT, ENV_PROFILE = "GCDOCTOR_WATCH_OUT", "GCDOCTOR_WATCH_PROFILE"
 ENV_TELEMETRY, ENV_RANKS = "GCDOCTOR_WATCH_TELEMETRY_HZ", "GCDOCTOR_WATCH_RANKS"
 
-SITECUSTOMIZE = '''"""gcdoctor watch: watch this process's training (gcdoctor.autowatch); then any other sitecustomize."""
+SITECUSTOMIZE = '''"""gcdoctor watch: watch this process's training (gcdoctor.autowatch), then run any
+sitecustomize this one shadows."""
 import os, sys
 _here = os.path.dirname(os.path.abspath(__file__))
 if os.environ.get("GCDOCTOR_WATCH_OUT"):

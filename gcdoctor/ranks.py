@@ -40,7 +40,8 @@ def merge_ranks(path: str | Path) -> Facts:
     """The merged facts of a folder of rank directories. Raises UserError when it holds none."""
     dirs = rank_dirs(path)
     if not dirs:
-        raise UserError(f"{path}: not a gcdoctor run directory (no facts.json), nor a distributed one (no rank-<r>/facts.json)")
+        raise UserError(f"{path}: not a gcdoctor run directory (no facts.json), nor a distributed one "
+                        "(no rank-<r>/facts.json)")
     loaded = {}
     for r, d in dirs.items():
         try:

@@ -185,9 +185,11 @@ class Watcher:
         if cfg is not None and getattr(cfg, "hidden_size", None):
             self.facts.model = ModelInfo(
                 name=w.model_name, source="watched", architecture=getattr(cfg, "model_type", ""),
-                n_layers=getattr(cfg, "num_hidden_layers", 0) or 0, n_layers_full=getattr(cfg, "num_hidden_layers", 0) or 0,
+                n_layers=getattr(cfg, "num_hidden_layers", 0) or 0,
+                n_layers_full=getattr(cfg, "num_hidden_layers", 0) or 0,
                 hidden_size=cfg.hidden_size, intermediate_size=getattr(cfg, "intermediate_size", 0) or 0,
-                n_heads=getattr(cfg, "num_attention_heads", 0) or 0, n_kv_heads=getattr(cfg, "num_key_value_heads", 0) or 0,
+                n_heads=getattr(cfg, "num_attention_heads", 0) or 0,
+                n_kv_heads=getattr(cfg, "num_key_value_heads", 0) or 0,
                 vocab_size=getattr(cfg, "vocab_size", 0) or 0, n_params=w.n_params, dtype=w.param_dtype or "",
                 attn_implementation=str(getattr(cfg, "_attn_implementation", "")))
         self.facts.settings.dtype = DTYPE_NAMES.get(w.param_dtype or "", w.param_dtype or "")
@@ -673,12 +675,14 @@ class Watcher:
             n_ckpt = gc_layers if gc_layers else min(spec.n_layers, round(w.recompute.regions_per_step or 0))
             w.recompute.layer_forward_fraction = spec.layer_forward_share(w.seq_len, n_ckpt)
             if w.recompute.forward_ms is not None:
-                w.recompute.expected_recompute_ms = round(w.recompute.forward_ms * w.recompute.layer_forward_fraction, 4)
+                rc = w.recompute
+                rc.expected_recompute_ms = round(rc.forward_ms * rc.layer_forward_fraction, 4)
         optimizer = OPTIMIZER_MODELS.get(w.optimizer.lower())
         dtype = DTYPE_NAMES.get(w.param_dtype or "")
         kind = self.backend.kind
         if not (w.batch_size and w.seq_len):
-            self.facts.unavailable["memory_model"] = "no batch shape seen (no input_ids or inputs_embeds in the forwards)"
+            self.facts.unavailable["memory_model"] = ("no batch shape seen (no input_ids or inputs_embeds in the "
+                                                      "forwards)")
             return
         if optimizer is None or dtype is None or kind not in ("cuda", "musa", "cpu"):
             self.facts.unavailable["memory_model"] = (
@@ -686,9 +690,11 @@ class Watcher:
                 f"{w.optimizer or 'no optimizer'}, {w.param_dtype}, {kind}")
             return
         from gcdoctor.memory import memory_model_facts
-        mm = memory_model_facts(spec, w.seq_len, dtype, optimizer, kind, points=[("no_gc", w.batch_size), ("gc", w.batch_size)],
+        mm = memory_model_facts(spec, w.seq_len, dtype, optimizer, kind,
+                                points=[("no_gc", w.batch_size), ("gc", w.batch_size)],
                                 capacity_bytes=self.backend.memory_limit() or w.device_memory_bytes)
-        if gc_layers is not None and w.checkpointing.layers_total and gc_layers not in (0, w.checkpointing.layers_total):
+        total = w.checkpointing.layers_total
+        if gc_layers is not None and total and gc_layers not in (0, total):
             mm.notes.append(f"the model's 'gc' point checkpoints every decoder layer; this run checkpoints "
                             f"{gc_layers} of {w.checkpointing.layers_total}")
         if w.micro_batches and w.micro_batches > 1:

@@ -65,7 +65,8 @@ def recompute_overhead(rule: Rule, facts: Facts, t: dict[str, float]) -> Verdict
     ev = [Evidence("recompute per step", rc.recompute_ms, "ms"), Evidence(f"step, {basis}", rc.step_ms, "ms"),
           Evidence("recompute share of the step", None if rc.share is None else 100 * rc.share, "%"),
           Evidence("overhead: recompute / (step - recompute)", over, "%"),
-          Evidence("analytic extra forward (forward x checkpointed layers' FLOP share)", rc.expected_recompute_ms, "ms"),
+          Evidence("analytic extra forward (forward x checkpointed layers' FLOP share)", rc.expected_recompute_ms,
+                   "ms"),
           Evidence("recompute / analytic extra forward", ratio, "x"),
           Evidence("how the recompute was found", _how(w)), Evidence("checkpointing (as the model reports)", cs.text())]
     band = f"{t['min_overhead_pct']:.0f}-{t['max_overhead_pct']:.0f}%"
@@ -79,7 +80,8 @@ def recompute_overhead(rule: Rule, facts: Facts, t: dict[str, float]) -> Verdict
             f"{rc.expected_recompute_ms:.1f} ms)", ev,
             "One recomputation is one forward of the checkpointed layers. Twice that is a second recomputation: "
             "nested checkpoints (a model that checkpoints its layers, wrapped again by a trainer or FSDP's "
-            "checkpoint_wrapper), or reentrant checkpointing rerunning work the non-reentrant form stops early." + unreported,
+            "checkpoint_wrapper), or reentrant checkpointing rerunning work the non-reentrant form stops early."
+            + unreported,
             "Checkpoint each layer once: turn off one of the two mechanisms; prefer use_reentrant=False.",
             line=f"recomputation costs {ratio:.1f}x the forward it repeats", **WATCH)
     if over > t["max_overhead_pct"]:
@@ -137,8 +139,9 @@ def memory_headroom(rule: Rule, facts: Facts, t: dict[str, float]) -> Verdict:
             **WATCH)
     if opt:
         ev.append(Evidence("measured optimizer-step peak (checkpointing does not change it)", gib(opt), "GiB"))
-    peak_without = max(other.fwd_bwd_peak_bytes, opt or other.optimizer_peak_bytes)
-    phase = "the optimizer step" if (opt or other.optimizer_peak_bytes) >= other.fwd_bwd_peak_bytes else other.peak_where
+    optimizer_peak = opt or other.optimizer_peak_bytes
+    peak_without = max(other.fwd_bwd_peak_bytes, optimizer_peak)
+    phase = "the optimizer step" if optimizer_peak >= other.fwd_bwd_peak_bytes else other.peak_where
     ev.append(Evidence("predicted peak without checkpointing", gib(peak_without), "GiB"))
     if not gc_on:
         return rule.passed(f"Checkpointing is off; the step peaks at {gib(max(fwd_bwd, opt)):.1f} of "

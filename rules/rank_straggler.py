@@ -58,7 +58,8 @@ class RankStragglerRule(Rule):
         diff = own - med
         share = 100.0 * diff / step if step else 0.0
         ev = [Evidence("slowest rank", slow.rank), Evidence("its host wait + forward", own, "ms/step"),
-              Evidence("the other ranks' host wait + forward (median)", med, "ms/step"), Evidence("difference", diff, "ms/step"),
+              Evidence("the other ranks' host wait + forward (median)", med, "ms/step"),
+              Evidence("difference", diff, "ms/step"),
               Evidence("difference, share of the step", share, "%")]
         ev += [Evidence(f"rank {s.rank}: host wait + forward", own_time_ms(s), "ms/step") for s in ranks]
         if diff >= t["min_ms"] and share >= t["min_share_pct"]:

@@ -61,7 +61,8 @@ def test_gc001_judges_the_watched_run_against_the_analytic_extra_forward(h200):
     assert v.headline == ("Recomputation adds 14% to the step (11.4 ms), inside the normal band (5-35%); "
                           "0.78x the analytic extra forward")
     labels = {e.label for e in v.evidence}
-    assert {"analytic extra forward (forward x checkpointed layers' FLOP share)", "how the recompute was found"} <= labels
+    assert {"analytic extra forward (forward x checkpointed layers' FLOP share)",
+            "how the recompute was found"} <= labels
 
 
 def test_gc001_fires_when_the_recompute_costs_too_much(h200):
