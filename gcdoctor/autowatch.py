@@ -132,8 +132,9 @@ class AutoWatch:
         for h in self._fwd + self._opt + ([self._root_hook] if self._root_hook is not None else []):
             h.remove()
         if self.watcher is not None and self.watcher.enabled:
-            err = getattr(sys, "last_value", None)
-            self.watcher.close(error=None if err is None else repr(err))
+            err = getattr(sys, "last_value", None)  # the script's uncaught exception, if it ended with one
+            interrupted = isinstance(err, KeyboardInterrupt)
+            self.watcher.close(interrupted=interrupted, error=None if err is None or interrupted else repr(err))
 
 
 _ACTIVE: AutoWatch | None = None

@@ -117,3 +117,19 @@ def test_the_sitecustomize_runs_a_sitecustomize_it_shadows(tmp_path):
     p = subprocess.run([sys.executable, "-c", "import os, sitecustomize; print(os.environ.get('OTHER_SITECUSTOMIZE'))"],
                        capture_output=True, text=True, env=env)
     assert (p.returncode, p.stdout.strip(), p.stderr) == (0, "ran", "")
+
+
+def test_a_script_that_fails_keeps_its_steps_and_its_exit_code(micro_llama, tmp_path):
+    script = tmp_path / "fails.py"
+    script.write_text(
+        "import sys, torch\nfrom gcdoctor.models import build_model, load_spec\n"
+        "spec = load_spec(sys.argv[1]); model = build_model(spec, 'fp32', 'cpu')\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=1e-3); ids = torch.randint(spec.vocab_size, (1, 8))\n"
+        "for _ in range(3):\n    model(input_ids=ids, labels=ids).loss.backward(); opt.step(); opt.zero_grad()\n"
+        "raise RuntimeError('the job failed')\n")
+    p = watch(tmp_path, sys.executable, str(script), micro_llama, profile="")
+    assert p.returncode == 1 and "RuntimeError: the job failed" in p.stderr
+    facts = Facts.load(tmp_path / "run" / "facts.json")
+    assert len(facts.watch.steps) == 3
+    assert facts.settings.error == "RuntimeError('the job failed')"
+    assert (tmp_path / "run" / "report.md").is_file()
