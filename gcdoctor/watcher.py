@@ -786,8 +786,9 @@ def describe_checkpointing(model: Any) -> CheckpointingSettings:
             cs.offload = "checkpoint_func" in getattr(base, "__qualname__", "")  # transformers' offload wrapper
             _keywords(cs, kw)
             name = getattr(base, "__module__", "") or ""
-            if "deepspeed" in name:
+            if "deepspeed" in name:  # its checkpoint() is a reentrant autograd.Function
                 cs.api = "deepspeed"
+                cs.use_reentrant = getattr(base, "__name__", "") != "non_reentrant_checkpoint"
     wrapped = _checkpoint_wrappers(model, layers)
     if wrapped is not None and not cs.enabled:
         cs.api, cs.enabled = wrapped[0], True

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 import gcdoctor
@@ -246,3 +247,29 @@ def test_a_distributed_run_writes_a_directory_per_rank_or_rank_0_only(micro_llam
         assert not w.enabled
         _train(model, opt, ids, w, 2)
     assert not (tmp_path / "zero").exists()
+
+
+@pytest.mark.parametrize("form, api, reentrant", [
+    ("checkpoint_wrapper", "checkpoint_wrapper", False), ("composable", "composable", False),
+    ("deepspeed", "deepspeed", True), ("none", "transformers", None)])
+def test_the_checkpointing_the_libraries_report(micro_llama, form, api, reentrant):
+    from gcdoctor.watcher import describe_checkpointing
+    model = build_model(load_spec(micro_llama), "fp32", "cpu")
+    layers = list(model.model.layers)
+    if form == "checkpoint_wrapper":
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
+        apply_activation_checkpointing(model, check_fn=lambda m: isinstance(m, type(layers[0])))
+    elif form == "composable":
+        from torch.distributed._composable import checkpoint
+        for layer in layers:
+            checkpoint(layer)
+    elif form == "deepspeed":
+        ds = pytest.importorskip("deepspeed.runtime.activation_checkpointing.checkpointing")
+        for layer in layers:
+            layer.gradient_checkpointing, layer._gradient_checkpointing_func = True, ds.checkpoint
+    cs = describe_checkpointing(model)
+    assert (cs.api, cs.use_reentrant) == (api, reentrant)
+    if form != "none":
+        assert (cs.enabled, cs.layers_checkpointed, cs.layers_total) == (True, 2, 2)
+    else:  # a transformers model without checkpointing says it is off
+        assert cs.enabled is False and cs.text() == "off"
