@@ -103,6 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
     mo.add_argument("--seconds", type=float, help="stop after this long (default: until q / Ctrl-C)")
     mo.add_argument("--no-tui", action="store_true", help="print warnings to the console instead of the TUI")
 
+    w = sub.add_parser("watch", help="watch an unmodified training script: gcdoctor watch -- python train.py ...")
+    w.add_argument("--out", help="run directory (default: a new folder under ./gcdoctor-runs/)")
+    w.add_argument("--profile-steps", help="steps to profile, comma-separated (default 5,6)")
+    w.add_argument("--telemetry-hz", type=float, help="telemetry sampling rate, 0 = off (default 20)")
+    w.add_argument("--ranks", choices=["all", "0"], default="all",
+                   help="distributed jobs: a run directory per rank (all, default) or rank 0 only")
+    w.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command, e.g. -- python train.py --lr 1e-4")
+
     c = sub.add_parser("compare", help="two runs side by side")
     c.add_argument("run_a")
     c.add_argument("run_b")
@@ -193,10 +201,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     _, th = _thresholds(args)
     path = Path(args.path)
-    if path.is_dir():
+    if path.is_dir() and not (path / "facts.json").is_file():
+        from gcdoctor.ranks import merge_ranks
+        facts = merge_ranks(path)  # a distributed watched run: rank-<r> directories
+    elif path.is_dir():
         facts_path = path / "facts.json"
-        if not facts_path.is_file():
-            raise UserError(f"{path}: not a gcdoctor run directory (no facts.json)")
         try:
             facts = Facts.load(facts_path)
         except (ValueError, TypeError, KeyError) as exc:
@@ -277,13 +286,19 @@ def cmd_monitor(args: argparse.Namespace) -> int:
     return run_monitor(args)
 
 
+def cmd_watch(args: argparse.Namespace) -> int:
+    from gcdoctor.autowatch import run_watch
+    return run_watch(args)
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from gcdoctor.report.compare import run_compare
     return run_compare(args)
 
 
 COMMANDS = {"diagnose": cmd_diagnose, "analyze": cmd_analyze, "rules": cmd_rules, "explain": cmd_explain,
-            "models": cmd_models, "plan": cmd_plan, "monitor": cmd_monitor, "compare": cmd_compare}
+            "models": cmd_models, "plan": cmd_plan, "monitor": cmd_monitor, "compare": cmd_compare,
+            "watch": cmd_watch}
 
 
 def _sigterm(signum: int, frame: Any) -> None:

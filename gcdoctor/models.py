@@ -65,6 +65,17 @@ class ModelSpec:
         attn = 12 * self.n_layers * self.n_heads * self.head_dim * seq_len / 2
         return 6.0 * matmul_params + attn
 
+    def layer_forward_share(self, seq_len: int, n_layers: int) -> float:
+        """The share of a forward's FLOPs in `n_layers` decoder layers, counted as flops_per_token
+        counts (the embedding, final norm and LM head are the rest): what recomputing those layers
+        once costs, as a share of one forward (the analytic extra forward)."""
+        if n_layers <= 0:
+            return 0.0
+        h, f, hd = self.hidden_size, self.intermediate_size, self.head_dim
+        q, kv = self.n_heads * hd, self.n_kv_heads * hd
+        layer = 6.0 * (2 * h * q + 2 * h * kv + 3 * h * f) + 12 * self.n_heads * hd * seq_len / 2
+        return round(min(1.0, n_layers * layer / self.flops_per_token(seq_len)), 4)
+
 
 def registry() -> dict[str, Path]:
     folder = resources.files("gcdoctor") / "model_configs"
@@ -93,6 +104,11 @@ def _read_config(name_or_path: str) -> tuple[str, str, dict[str, Any]]:
 def load_spec(name_or_path: str, layers: int | None = None) -> ModelSpec:
     """A spec from a registry name or a config.json path; `layers` truncates the decoder stack."""
     name, source, cfg = _read_config(name_or_path)
+    return spec_from_config(cfg, name, source, layers)
+
+
+def spec_from_config(cfg: dict[str, Any], name: str, source: str, layers: int | None = None) -> ModelSpec:
+    """A spec from a Hugging Face config as a dict (a config.json's, or a live model's `config.to_dict()`)."""
     cfg = {k: v for k, v in cfg.items() if not k.startswith("_")}
     missing = [k for k in _REQUIRED if not isinstance(cfg.get(k), int) or cfg.get(k) <= 0]
     if missing:

@@ -13,6 +13,7 @@ from gcdoctor.rules.offload_stall import OffloadStallRule
 from gcdoctor.rules.oom_boundary_gain import OomBoundaryGainRule
 from gcdoctor.rules.pcie_saturated_idle import PcieSaturatedIdleRule
 from gcdoctor.rules.prescription import PrescriptionRule
+from gcdoctor.rules.rank_straggler import RankStragglerRule
 from gcdoctor.rules.recompute_overhead import RecomputeOverheadRule
 from gcdoctor.rules.recompute_share import RecomputeShareRule
 
@@ -30,6 +31,7 @@ ALL_RULES: list[Rule] = [
     PcieSaturatedIdleRule(),
     DeviceStarvingCpuRule(),
     LossJitterRule(),
+    RankStragglerRule(),
 ]
 
 BY_CODE: dict[str, Rule] = {r.code: r for r in ALL_RULES}

@@ -153,6 +153,12 @@ class OffloadStallRule(Rule):
             for v in out:
                 v.scope, v.topic = CONFIGURATION, "trace"
             return out
+        watched = [k for k in facts.trace if k.startswith("watch/") and "|" not in k]
+        if watched:  # the user's own job: its profiled steps, copies alone (like a bare trace)
+            out = [v for k in sorted(watched) for v in self._bare_trace(facts, t, k)]
+            for v in out:
+                v.scope, v.topic = CONFIGURATION, "watch"
+            return out
         return [self.inconclusive(facts.missing_reason("offload"))]
 
     # -- the offload probe -------------------------------------------------------------------
@@ -228,30 +234,35 @@ class OffloadStallRule(Rule):
         return fired
 
     # -- a bare trace --------------------------------------------------------------------------
-    def _bare_trace(self, facts: Facts, t: dict[str, float]) -> list[Verdict]:
-        tm = facts.trace["all"]
+    def _bare_trace(self, facts: Facts, t: dict[str, float], key: str = "all") -> list[Verdict]:
+        """A bare trace ("all"), or the profiled steps of a watched run ("watch/<trace>")."""
+        tm = facts.trace[key]
+        subject = "trace" if key == "all" else key
         st = stall_shares(tm)
         if st is None:
-            return [self.inconclusive(f"the trace has no device metrics ({tm.device_unavailable or 'no device ops'})")]
+            return [self.inconclusive(f"the trace has no device metrics ({tm.device_unavailable or 'no device ops'})",
+                                      subject=subject if key != "all" else "")]
         c = read_copies(tm)
-        steps = steps_in(facts, "all")
+        steps = steps_in(facts, key)
         copy_share = c.time_us / tm.device_window_us
         if copy_share < t["min_copy_share"]:
             return [self.passed(f"No host-device copy traffic to stall on: copies take {100 * copy_share:.1f}% of "
                                 "the device time", [Evidence("host-device copy time", ms(c.time_us, steps),
-                                                             "ms/step" if steps else "ms in the trace")])]
-        r = StallReading(subject="trace", stall_share=st.stall_share, exposed_copy_share=st.exposed_copy_share,
+                                                             "ms/step" if steps else "ms in the trace")],
+                                subject=subject if key != "all" else "")]
+        r = StallReading(subject=subject, stall_share=st.stall_share, exposed_copy_share=st.exposed_copy_share,
                          host_wait_share=st.host_wait_share, per_step=steps is not None,
                          copy_ms=ms(c.time_us, steps), exposed_copy_ms=ms(c.exposed_us, steps),
                          h2d_bytes=c.h2d_bytes / (steps or 1), d2h_bytes=c.d2h_bytes / (steps or 1),
                          pageable_share=c.pageable_share, h2d_copy_gbs=c.bandwidth_gbs("HtoD"),
                          d2h_copy_gbs=c.bandwidth_gbs("DtoH"), peak_gbs=link_peak(facts), telemetry=False)
-        opt = window(facts, "all", "optimizer")
+        opt = window(facts, key, "optimizer")
         if opt is not None and opt.wall_us and tm.wall_us:
             r.optimizer_share = opt.wall_us / tm.wall_us
             r.optimizer_share_source = "host time of the optimizer ranges over the trace"
             r.optimizer_device_busy_share = device_busy_share(opt)
-        r.notes.append("Telemetry unavailable (a bare trace): judged on the trace alone.")
+        r.notes.append("Telemetry unavailable (a bare trace): judged on the trace alone." if key == "all" else
+                       "Judged on the watched run's profiled steps (their trace).")
         return [self._judge(r, t)]
 
     # -- judgement -----------------------------------------------------------------------------

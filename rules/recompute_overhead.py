@@ -4,12 +4,19 @@ from __future__ import annotations
 from gcdoctor.engine import Evidence, Rule
 from gcdoctor.facts import Facts
 from gcdoctor.rules._sweep import equal_batch_pair
+from gcdoctor.rules._watch import is_watched, recompute_overhead
 
 
 class RecomputeOverheadRule(Rule):
     """What it checks:
     The step-time increase from layer-level checkpointing, at equal batch size, sequence
     length, dtype and optimizer: median step with checkpointing over median step without.
+
+    On a watched run (the user's own job: no twin without checkpointing) it judges the
+    recomputation the profiled steps show, found with or without labels: what it adds to the step,
+    recompute / (step - recompute), against the same band, and against the analytic extra forward
+    (the measured forward times the checkpointed layers' share of its FLOPs): one recomputation
+    is one forward of those layers, twice that is a second one (nested checkpoints).
 
     Why it matters:
     Full recomputation repeats about one forward pass: at most +33% of the forward+backward
@@ -20,7 +27,9 @@ class RecomputeOverheadRule(Rule):
 
     Evidence:
     Median step time with and without checkpointing at the largest batch both fit, the overhead
-    in percent, and where profiled, the share of device time spent in recompute ranges.
+    in percent, and where profiled, the share of device time spent in recompute ranges. On a
+    watched run: recompute and step time per profiled step, the analytic extra forward, how the
+    recompute was found, the checkpointing the model reports.
 
     How to fix:
     Above the band: check the granularity (GC010) and offload (GC020) verdicts; checkpoint whole
@@ -32,7 +41,7 @@ class RecomputeOverheadRule(Rule):
     code = "GC001"
     slug = "recompute-overhead"
     title = "Recompute overhead"
-    requires = ("sweep.measurements",)
+    requires = ()  # the sweep's measurements, or a watched run (check says which is missing)
     topic = "sweep"
     defaults = {
         # about one extra forward: <= +33% FLOPs, +20..39% seen in time (REFERENCES.md section 3)
@@ -42,9 +51,16 @@ class RecomputeOverheadRule(Rule):
         # step-to-step spread (max-min over median) above which timings cannot carry a verdict:
         # a loaded host or thermal throttling, not checkpointing
         "max_spread_pct": 15.0,
+        # watched runs: one recomputation is one forward of the checkpointed layers (1.0x); nested
+        # checkpoints recompute twice (2.0x): above the midpoint, something recomputes again
+        "max_recompute_vs_forward": 1.5,
     }
 
     def check(self, facts: Facts, t: dict[str, float]):
+        if is_watched(facts):
+            return recompute_overhead(self, facts, t)
+        if facts.sweep is None or not facts.sweep.measurements:
+            return self.inconclusive(facts.missing_reason("sweep.measurements"))
         pair = equal_batch_pair(facts)
         if pair is None:
             return self.inconclusive("no batch size was measured both with and without checkpointing")

@@ -9,8 +9,10 @@ from gcdoctor.rules._scope import probe_of, scope_of
 class RecomputeShareRule(Rule):
     """What it checks:
     The share of the device's busy time spent inside recompute ranges, in every profiled window
-    that has them (probe traces, a watched training run, or a user's trace labelled with
-    gcdoctor's checkpoint `context_fn`).
+    that has them (probe traces, a watched training run, or a user's trace): labelled by
+    gcdoctor's checkpoint `context_fn`, or found without labels as the forward ops that
+    transformers', torch's, DeepSpeed's or FSDP's checkpointing replays inside the backward
+    (gcdoctor.trace.recompute).
 
     Why it matters:
     Recomputing each layer's forward once costs about a third of the forward+backward FLOPs,
@@ -44,8 +46,12 @@ class RecomputeShareRule(Rule):
         windows = {k: tm for k, tm in facts.trace.items() if ("/" in k or k == "all") and "|" not in k
                    and tm.recompute_share is not None and tm.recompute_busy_us}
         if not windows:
-            return self.inconclusive("no profiled window has labelled recompute ranges "
-                                     "(label checkpoints with gcdoctor.capture.labelled_context_fn)")
+            found = [k for k, tm in facts.trace.items() if k.endswith("|recompute") or k == "recompute"]
+            if found and all(facts.trace[k].device_unavailable for k in found):
+                return self.inconclusive("recomputation was found, but the trace has no device timing "
+                                         "(a CPU-only profile): no share of device time to judge")
+            return self.inconclusive("no profiled window shows recomputation (no gcdoctor/recompute labels, and no "
+                                     "forward ops replayed inside the backward)")
         out = []
         for key, tm in sorted(windows.items()):
             share = 100.0 * tm.recompute_share

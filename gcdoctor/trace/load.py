@@ -133,10 +133,10 @@ class _Ev:
 
 
 class _EvArgs:
-    __slots__ = ("correlation", "stream", "nbytes")
+    __slots__ = ("correlation", "stream", "nbytes", "seq")
 
-    def __init__(self, correlation, stream, nbytes):
-        self.correlation, self.stream, self.nbytes = correlation, stream, nbytes
+    def __init__(self, correlation, stream, nbytes, seq=None):
+        self.correlation, self.stream, self.nbytes, self.seq = correlation, stream, nbytes, seq
 
 
 def _int_or_none(v: Any) -> int | None:
@@ -167,7 +167,7 @@ def _events_from_dicts(items: list[Any]) -> list[_Ev]:
         args = None
         if isinstance(a, dict):
             args = _EvArgs(_int_or_none(a.get("correlation")), _int_or_none(a.get("stream")),
-                           _int_or_none(a.get("bytes")))
+                           _int_or_none(a.get("bytes")), _int_or_none(a.get("Sequence number")))
         pid, tid = d.get("pid", 0), d.get("tid", 0)
         out.append(_Ev(d.get("ph", ""), d.get("cat", ""), str(d.get("name", "")), ts,
                        _num_or_none(d.get("dur")) or 0.0,
@@ -177,10 +177,11 @@ def _events_from_dicts(items: list[Any]) -> list[_Ev]:
 
 
 if msgspec is not None:
-    class _MArgs(msgspec.Struct, rename={"nbytes": "bytes"}, gc=False):
+    class _MArgs(msgspec.Struct, rename={"nbytes": "bytes", "seq": "Sequence number"}, gc=False):
         correlation: Optional[int] = None
         stream: Optional[int] = None
         nbytes: Optional[int] = None
+        seq: Optional[int] = None  # cpu_op: autograd sequence number (gcdoctor.trace.recompute)
 
     class _MEvent(msgspec.Struct, gc=False):
         ph: str = ""
@@ -439,7 +440,9 @@ class _Builder:
         if cpu:
             staged.append(("cpu", dict(
                 start_ns=_ns([e.ts for e in cpu], exact), dur_ns=_ns([e.dur for e in cpu], False),
-                tid=self._ints([e.tid for e in cpu]), name_id=self._intern([e.name for e in cpu]))))
+                tid=self._ints([e.tid for e in cpu]), name_id=self._intern([e.name for e in cpu]),
+                seq=np.array([e.args.seq if e.args is not None and e.args.seq is not None else -1
+                              for e in cpu], dtype=np.int64))))
         for group, on_dev in ((ann, False), (gann, True)):
             if group:
                 staged.append(("ann", dict(

@@ -96,6 +96,9 @@ class CpuOps(_Columns):
     dur_ns: np.ndarray = field(default_factory=_empty)
     tid: np.ndarray = field(default_factory=_empty)
     name_id: np.ndarray = field(default_factory=lambda: _empty(np.int32))
+    # args "Sequence number": the autograd sequence number of an op that recorded a graph node
+    # (forward ops with grad enabled, and autograd's own node ranges); -1 when absent
+    seq: np.ndarray = field(default_factory=_empty)
 
     @property
     def end_ns(self) -> np.ndarray:

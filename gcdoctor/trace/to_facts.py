@@ -76,5 +76,6 @@ def facts_from_trace(path: str | Path) -> Facts:
     all_m = metrics.get("all")
     if all_m is not None and all_m.recompute_share is None and not all_m.device_unavailable:
         facts.unavailable["trace.all.recompute_share"] = (
-            "no gcdoctor/recompute ranges in the trace (label checkpointed regions with checkpoint's context_fn)")
+            "no recompute in the trace: no gcdoctor/recompute labels, and no forward ops replayed inside the "
+            "backward (checkpointing off, or compiled into the graph)")
     return facts

@@ -102,6 +102,22 @@ class WindowFinder:
             out.append(Window(f"step:{n}", "profiler_step", h0, h1, d0, d1, 1))
         return out
 
+    def recompute_hook(self) -> Window | None:
+        """Recompute found without `gcdoctor/recompute` labels (gcdoctor.trace.recompute, where
+        present: it returns host intervals of the recomputation in an unlabelled checkpointing
+        trace, or None)."""
+        try:
+            from gcdoctor.trace import recompute  # written alongside: finding unlabelled recompute
+        except ImportError:
+            return None
+        found = getattr(recompute, "recompute_host_intervals", None)
+        spans = found(self.t) if found is not None else None
+        if spans is None or not len(spans[0]):
+            return None
+        h0, h1 = iv.merge(np.asarray(spans[0], dtype=np.int64), np.asarray(spans[1], dtype=np.int64))
+        d0, d1 = self._by_correlation(h0, h1)
+        return Window("recompute", "recompute_inferred", h0, h1, d0, d1, len(h0))
+
     def labels(self) -> list[Window]:
         """One window per gcdoctor label base: `gcdoctor/<a>` and `gcdoctor/<a>/<anything>` ranges
         together make window `<a>`; where both forms exist, `<a>/*` holds the indexed ones alone."""
@@ -149,4 +165,9 @@ class WindowFinder:
 def find_windows(t: TraceTables, device: int | None) -> list[Window]:
     """The windows of a trace, with device intervals of `device` (None: CPU-only)."""
     f = WindowFinder(t, device)
-    return [f.whole(), *f.steps(), *f.labels()]
+    labels = f.labels()
+    if not any(w.name == "recompute" for w in labels):
+        rec = f.recompute_hook()
+        if rec is not None:
+            labels.append(rec)
+    return [f.whole(), *f.steps(), *labels]

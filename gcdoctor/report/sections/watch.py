@@ -11,29 +11,90 @@ from gcdoctor.report.svg import PALETTE, Series, color_for, line_plot
 
 def _watch_keys(facts: Facts) -> list[Key]:
     w = facts.watch
-    gc = {True: "on", False: "off", None: "not reported by the model"}[w.gradient_checkpointing]
-    out = [Key("model", "model", f"{w.model_name or '—'} ({(w.n_params or 0) / 1e9:.3f} B parameters, "
+    cs = w.checkpointing
+    gc = cs.text() if cs.enabled is not None else {True: "on", False: "off", None: "not reported by the model"}[
+        w.gradient_checkpointing]
+    if cs.api and cs.enabled is not None:
+        gc += f" ({cs.api})"
+    out = [Key("run", "the run", w.settings_text()),
+           Key("model", "model", f"{w.model_name or '—'} ({(w.n_params or 0) / 1e9:.3f} B parameters, "
                                  f"{w.param_dtype or '—'})"),
-           Key("gc", "gradient checkpointing (as the model reports)", gc),
-           Key("steps", "steps recorded", len(w.steps), "int"),
-           Key("profiled", "profiled steps", ", ".join(map(str, w.profiled_steps)) or "none"),
-           Key("step-ms", "step time, median (first and profiled steps left out)", w.step_ms_median, "ms"),
-           Key("timing", "timing", {"events": "device events at step boundaries, no synchronisation",
-                                    "sync": "synchronised wall clock", "host": "host clock"}.get(w.timing, w.timing)),
-           Key("peak", "peak allocated (any step)", w.peak_allocated_bytes, "bytes")]
+           Key("gc", "gradient checkpointing (as the model reports)", gc)]
+    if cs.kwargs:
+        out.append(Key("gc-kwargs", "checkpoint function's arguments",
+                       ", ".join(f"{k}={v}" for k, v in cs.kwargs.items())))
+    out += [Key("steps", "steps recorded", len(w.steps), "int"),
+            Key("profiled", "profiled steps", ", ".join(map(str, w.profiled_steps)) or "none"),
+            Key("step-ms", "step time, median (first and profiled steps left out)", w.step_ms_median, "ms"),
+            Key("timing", "timing", {"events": "device events at phase boundaries, no synchronisation",
+                                     "sync": "synchronised wall clock", "host": "host clock"}.get(w.timing, w.timing))]
+    for phase, label in (("data", "data wait (previous step's end to the first forward)"), ("forward", "forward"),
+                         ("backward", "backward (with the recompute)"), ("optimizer", "optimizer step"),
+                         ("host_wait", "host between steps (loading the batch)")):
+        v = w.phase_ms_median(phase)
+        if v is not None:
+            out.append(Key(f"{phase}-ms", f"{label}, median", v, "ms"))
+    out.append(Key("peak", "peak allocated (any step)", w.peak_allocated_bytes, "bytes"))
+    if w.peak_phase:
+        out.append(Key("peak-phase", "phase of the peak", w.peak_phase))
+    if w.model_state_bytes is not None:
+        out.append(Key("states", "model states (memory model: params, grads, optimizer states)",
+                       w.model_state_bytes, "bytes"))
+    if w.activation_peak_bytes is not None:
+        out.append(Key("activations", "activations at the peak (peak minus model states)", w.activation_peak_bytes,
+                       "bytes"))
+    rc = w.recompute
+    if rc is not None and rc.steps:
+        how = ("gcdoctor's labels" if rc.source == "labels" else "found without labels") if rc.found else "none found"
+        out.append(Key("recompute", "recomputation in the profiled steps",
+                       f"{how}" + (f", {rc.kind}" if rc.kind else "") +
+                       (f", {rc.regions_per_step:g} regions per step" if rc.regions_per_step else "")))
+        out.append(Key("recompute-share", f"recompute share of the step ({rc.time_basis})", rc.share, "share"))
+        out.append(Key("recompute-ms", "recompute per step", rc.recompute_ms, "ms"))
+        if rc.expected_recompute_ms:
+            out.append(Key("recompute-expected", "analytic extra forward (one forward of the checkpointed layers)",
+                           rc.expected_recompute_ms, "ms"))
+            out.append(Key("recompute-ratio", "recompute / analytic extra forward", rc.vs_expected, "x"))
     if w.tokens_per_step and w.step_ms_median:
         out.append(Key("tokens", "tokens/s", w.tokens_per_step / (w.step_ms_median / 1e3), "tok/s"))
     losses = [s.loss for s in w.steps if s.loss is not None]
     if losses:
         out.append(Key("loss", "loss, first → last", f"{losses[0]:.4f} → {losses[-1]:.4f}"))
+    if w.world_size and w.world_size > 1:
+        out.append(Key("rank", "rank", f"{w.rank} of {w.world_size}" if not w.ranks else
+                       f"{len(w.ranks)} rank directories merged"))
     if w.overhead_note:
         out.append(Key("overhead", "overhead", w.overhead_note))
     return out
 
 
 def _watch_rows(facts: Facts) -> list[list]:
-    return [[s.index, s.step_ms, s.loss, s.peak_allocated_bytes, s.peak_reserved_bytes, s.profiled]
+    return [[s.index, s.step_ms, s.loss, s.data_ms, s.forward_ms, s.backward_ms, s.optimizer_ms,
+             s.peak_allocated_bytes, s.peak_phase, s.peak_reserved_bytes, s.profiled]
             for s in facts.watch.steps]
+
+
+def _rank_rows(facts: Facts) -> list[list]:
+    return [[r.rank, r.steps, r.step_ms_median, r.phase_ms_median.get("host_wait"), r.phase_ms_median.get("data"),
+             r.phase_ms_median.get("forward"), r.phase_ms_median.get("backward"), r.phase_ms_median.get("optimizer"),
+             r.peak_allocated_bytes] for r in facts.watch.ranks]
+
+
+def _watch_tables(facts: Facts) -> list[Table]:
+    phases = [Column("data wait", "ms"), Column("forward", "ms"), Column("backward", "ms"), Column("optimizer", "ms")]
+    out = [Table("watch-steps", [Column("step", "int", key=True), Column("step", "ms"), Column("loss", "sci"), *phases,
+                                 Column("peak allocated", "bytes"), Column("peak phase", "text"),
+                                 Column("peak reserved", "bytes"), Column("profiled", "text")],
+                 _watch_rows, title="Steps", fold=True,
+                 caption="Device time between events at the phase boundaries (host time on the CPU).")]
+    if facts.watch.ranks:
+        out.insert(0, Table("watch-ranks", [Column("rank", "int", key=True), Column("steps", "int"),
+                                            Column("step, median", "ms", compare=True),
+                                            Column("host wait", "ms", compare=True), Column("data wait", "ms"),
+                                            Column("forward", "ms", compare=True), Column("backward", "ms"),
+                                            Column("optimizer", "ms"), Column("peak allocated", "bytes")],
+                            _rank_rows, title="Ranks", caption="Medians over each rank's unprofiled steps."))
+    return out
 
 
 def _watch_plots(facts: Facts, run_dir: Path | None) -> list[tuple[str, str]]:
@@ -43,6 +104,12 @@ def _watch_plots(facts: Facts, run_dir: Path | None) -> list[tuple[str, str]]:
               Series("profiled", [(s.index, s.step_ms) for s in timed if s.profiled], PALETTE[1])]
     figs = [(line_plot([x for x in series if x.points], title="Step time per step of the watched run",
                        x_label="step", y_label="ms"), "Profiled steps are shown apart: the profiler slows them.")]
+    phases = [Series(name, [(s.index, v) for s in timed if not s.profiled and (v := s.phase_ms(p)) is not None],
+                     PALETTE[i % len(PALETTE)]) for i, (p, name) in enumerate(
+                  (("data", "data wait"), ("forward", "forward"), ("backward", "backward"), ("optimizer", "optimizer")))]
+    if any(x.points for x in phases):
+        figs.append((line_plot([x for x in phases if x.points], title="Phases of each step", x_label="step",
+                               y_label="ms"), "Data wait, forward, backward (with the recompute) and optimizer step."))
     losses = [(s.index, s.loss) for s in steps if s.loss is not None]
     if losses:
         figs.append((line_plot([Series("loss", losses, PALETTE[2])], title="Loss per step", x_label="step",
@@ -61,10 +128,7 @@ WATCH = Section(
     present=lambda f: f.watch is not None and bool(f.watch.steps),
     lead=lambda f: "Your own training job, step by step, as gcdoctor.watch recorded it.",
     keys=_watch_keys, plots=_watch_plots, notes=lambda f: list(f.watch.notes), topics=("watch",),
-    tables=lambda f: [Table("watch-steps", [Column("step", "int", key=True), Column("step", "ms"),
-                                            Column("loss", "sci"), Column("peak allocated", "bytes"),
-                                            Column("peak reserved", "bytes"), Column("profiled", "text")],
-                            _watch_rows, title="Steps", fold=True)])
+    tables=_watch_tables)
 
 
 def _monitor_keys(facts: Facts) -> list[Key]:

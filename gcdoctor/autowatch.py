@@ -1,0 +1,200 @@
+"""Watch an unmodified training script: `gcdoctor watch [--out DIR] -- python train.py ...`.
+
+The command runs the script with a `sitecustomize` that calls `install_from_env()` in every Python
+process it starts (torchrun's workers too). That registers torch's global module-forward and
+optimizer-step hooks and waits:
+
+- the model is the first module whose forward runs at the top level (not inside another module's),
+  in training mode with grad enabled, owning parameters that require grad (wrappers such as DDP,
+  FSDP or torch.compile's are unwrapped to the model inside);
+- a step ends at each `optimizer.step()` of the first optimizer that steps, and begins at the
+  model's next forward: the data wait is from one step's end to the next one's first forward
+  (zero_grad and the LR scheduler fall there too); gradient accumulation's forwards are micro-batches
+  of one step; the loss is the model output's `loss`, when it has one;
+- a process that never trains (the torchrun launcher, a data-loader worker) writes nothing.
+
+The run directory is written at exit (atexit). Settings come from the environment the command sets:
+GCDOCTOR_WATCH_OUT, GCDOCTOR_WATCH_PROFILE ("5,6"), GCDOCTOR_WATCH_TELEMETRY_HZ, GCDOCTOR_WATCH_RANKS.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+ENV_OUT, ENV_PROFILE = "GCDOCTOR_WATCH_OUT", "GCDOCTOR_WATCH_PROFILE"
+ENV_TELEMETRY, ENV_RANKS = "GCDOCTOR_WATCH_TELEMETRY_HZ", "GCDOCTOR_WATCH_RANKS"
+
+SITECUSTOMIZE = '''"""gcdoctor watch: watch this process's training (gcdoctor.autowatch), then run any
+sitecustomize this one shadows."""
+import os, sys
+_here = os.path.dirname(os.path.abspath(__file__))
+if os.environ.get("GCDOCTOR_WATCH_OUT"):
+    try:
+        import gcdoctor.autowatch
+        gcdoctor.autowatch.install_from_env()
+    except Exception as exc:  # never break the user's script
+        sys.stderr.write(f"gcdoctor watch: not watching this process ({type(exc).__name__}: {exc})\\n")
+# chain to the sitecustomize this one shadows, if there is one
+_path = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+_me = sys.modules.pop("sitecustomize", None)
+_saved, sys.path[:] = sys.path[:], _path
+try:
+    import sitecustomize  # noqa: F401
+except ImportError:
+    pass
+finally:
+    sys.path[:] = _saved
+    if "sitecustomize" not in sys.modules and _me is not None:
+        sys.modules["sitecustomize"] = _me  # importlib reads it back when this module is done
+'''
+
+
+def write_site(folder: Path) -> Path:
+    """The sitecustomize the command puts first on PYTHONPATH."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    return folder
+
+
+def _unwrap(module: Any) -> Any:
+    """The model inside DDP / FSDP1 (`.module`), torch.compile (`._orig_mod`) and similar wrappers."""
+    for _ in range(4):
+        inner = getattr(module, "_orig_mod", None) or getattr(module, "module", None)
+        import torch
+        if not isinstance(inner, torch.nn.Module):
+            return module
+        module = inner
+    return module
+
+
+class AutoWatch:
+    """The global hooks of one process, and its Watcher once the model has run."""
+
+    def __init__(self, out: str, profile_steps: tuple[int, ...], telemetry_hz: float, ranks: str) -> None:
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+        self.out, self.profile_steps, self.telemetry_hz, self.ranks = out, profile_steps, telemetry_hz, ranks
+        self.watcher: Any = None
+        self.optimizer: Any = None
+        self.depth = 0
+        self._root_hook: Any = None
+        self._fwd = [register_module_forward_pre_hook(self._pre), register_module_forward_hook(self._post)]
+        self._opt = [register_optimizer_step_pre_hook(self._opt_pre), register_optimizer_step_post_hook(self._opt_post)]
+        atexit.register(self.close)
+
+    def _pre(self, module: Any, args: Any) -> None:
+        import torch
+        top, self.depth = self.depth == 0, self.depth + 1
+        if not top or self.watcher is not None:
+            return
+        if not (module.training and torch.is_grad_enabled()):
+            return
+        if not any(p.requires_grad for p in module.parameters()):
+            return
+        from gcdoctor.watcher import Watcher
+        model = _unwrap(module)
+        for h in self._fwd:  # from here on the Watcher's own hooks on the model do the work
+            h.remove()
+        self.depth = 0
+        self.watcher = Watcher(model, None, self.out, profile_steps=self.profile_steps,
+                               telemetry_hz=self.telemetry_hz, ranks=self.ranks).start()
+        if model is module:  # the model's own pre-hook was registered too late for this call
+            self.watcher._forward_pre(model, tuple(args), {})
+        else:  # a wrapper (DDP): a step starts at its forward, before its collectives
+            self.watcher.begin_step()
+            self._root_hook = module.register_forward_pre_hook(lambda *a: self.watcher.begin_step())
+
+    def _post(self, module: Any, args: Any, output: Any) -> None:
+        self.depth = max(0, self.depth - 1)
+
+    def _opt_pre(self, opt: Any, args: Any, kwargs: Any) -> None:
+        w = self.watcher
+        if w is None:
+            return
+        if self.optimizer is None:
+            self.optimizer = opt
+            w.optimizer = opt
+            w.name_optimizer(opt)
+            w.facts.watch.phases_from = "model+optimizer"
+        if opt is self.optimizer:
+            w._optimizer_boundary("opt0")
+
+    def _opt_post(self, opt: Any, args: Any, kwargs: Any) -> None:
+        w = self.watcher
+        if w is not None and opt is self.optimizer:
+            w._optimizer_boundary("opt1")
+            w.end_step()
+
+    def close(self) -> None:
+        for h in self._fwd + self._opt + ([self._root_hook] if self._root_hook is not None else []):
+            h.remove()
+        if self.watcher is not None and self.watcher.enabled:
+            err = getattr(sys, "last_value", None)  # the script's uncaught exception, if it ended with one
+            interrupted = isinstance(err, KeyboardInterrupt)
+            self.watcher.close(interrupted=interrupted, error=None if err is None or interrupted else repr(err))
+
+
+_ACTIVE: AutoWatch | None = None
+
+
+def install_from_env() -> AutoWatch | None:
+    """Called by the sitecustomize of `gcdoctor watch`: watch this process as the environment says."""
+    global _ACTIVE
+    out = os.environ.get(ENV_OUT)
+    if not out or _ACTIVE is not None:
+        return _ACTIVE
+    prof = tuple(int(x) for x in os.environ.get(ENV_PROFILE, "5,6").split(",") if x.strip())
+    _ACTIVE = AutoWatch(out, prof, float(os.environ.get(ENV_TELEMETRY, "20")), os.environ.get(ENV_RANKS, "all"))
+    return _ACTIVE
+
+
+def run_watch(args: Any) -> int:
+    """`gcdoctor watch [--out DIR] [--profile-steps 5,6] [--telemetry-hz 20] [--ranks all|0] -- CMD ...`:
+    run CMD with this process's environment plus gcdoctor's sitecustomize; return CMD's exit code."""
+    import subprocess
+
+    from gcdoctor.errors import UserError
+    from gcdoctor.rundir import default_run_dir
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise UserError("watch: give the command to run after --, e.g. gcdoctor watch -- python train.py")
+    try:
+        prof = tuple(int(x) for x in args.profile_steps.split(",") if x.strip()) if args.profile_steps else (5, 6)
+    except ValueError:
+        raise UserError(f"--profile-steps {args.profile_steps!r}: comma-separated step numbers, e.g. 5,6") from None
+    if any(p < 0 for p in prof):
+        raise UserError(f"--profile-steps {args.profile_steps!r}: steps count from 0")
+    hz = 20.0 if args.telemetry_hz is None else args.telemetry_hz
+    if hz < 0 or hz > 1000:
+        raise UserError(f"--telemetry-hz {hz:g}: use a rate between 0 (off) and 1000 Hz")
+    out = Path(args.out) if args.out else default_run_dir("watch", Path(cmd[-1]).stem if cmd else None)
+    out = out.resolve()
+    site = write_site(out.parent / f".{out.name}-site")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(site)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env.update({ENV_OUT: str(out), ENV_PROFILE: ",".join(map(str, prof)), ENV_TELEMETRY: f"{hz:g}",
+                ENV_RANKS: args.ranks})
+    try:
+        rc = subprocess.call(cmd, env=env)
+    except FileNotFoundError:
+        raise UserError(f"watch: command not found: {cmd[0]}") from None
+    except KeyboardInterrupt:
+        rc = 130
+    finally:
+        import shutil
+        shutil.rmtree(site, ignore_errors=True)
+    ranks = sorted(out.glob("rank-*/facts.json"))
+    if (out / "facts.json").is_file():
+        print(f"gcdoctor watch: run directory {out} (gcdoctor analyze {out})", file=sys.stderr)
+    elif ranks:
+        print(f"gcdoctor watch: {len(ranks)} rank directories under {out} (gcdoctor analyze {out} merges them)",
+              file=sys.stderr)
+    else:
+        print("gcdoctor watch: nothing was watched: no process ran a training forward and optimizer step",
+              file=sys.stderr)
+    return rc
