@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--probe-layers", type=_positive_int, help="layers for the many-variant probes (default 4 on a GPU)")
     d.add_argument("--probe-batch", type=_positive_int, help="batch of the many-variant probes (default 1)")
     d.add_argument("--memory-limit", help="cap device memory for this run, e.g. 48GB (what-if, tests)")
+    d.add_argument("--emulate-launch-us", type=float, metavar="N",
+                   help="what-if: the granularity probe adds N us of host time per launching op")
     d.add_argument("--no-profile", action="store_true", help="do not profile (no traces, no trace metrics)")
     d.add_argument("--telemetry-hz", type=float, help="telemetry sampling rate (default 20)")
     d.add_argument("--out", help="run directory (default: a new folder under ./gcdoctor-runs/)")
@@ -153,6 +155,10 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         cfg.memory_limit_bytes = parse_size(args.memory_limit, "--memory-limit")
     if args.no_profile:
         cfg.profile = False
+    if getattr(args, "emulate_launch_us", None) is not None:
+        cfg.emulate_launch_us = args.emulate_launch_us
+    if cfg.emulate_launch_us is not None and not 0 <= cfg.emulate_launch_us <= 100_000:
+        raise UserError(f"--emulate-launch-us {cfg.emulate_launch_us:g}: use 0 to 100000 microseconds")
     if cfg.telemetry_hz <= 0 or cfg.telemetry_hz > 1000:
         raise UserError(f"--telemetry-hz {cfg.telemetry_hz}: use a rate between 0 and 1000 Hz")
     if isinstance(cfg.memory_limit_bytes, str):
