@@ -21,10 +21,8 @@ import torch
 from gcdoctor.capture import TrainingStep, enable_layer_checkpointing, free_memory
 from gcdoctor.config import RunConfig
 from gcdoctor.facts import Facts
-from gcdoctor.facts.granularity import (WHATIF_HOST, WHATIF_TOTALS, WHATIF_TRACE, GranularityFacts, GranularityGroup,
-                                        GranularityVariant, LaunchWhatIf, derive_whatif, profiler_cost_per_event)
-from gcdoctor.trace import load_trace
-from gcdoctor.trace.launch_response import read_steps
+from gcdoctor.facts.granularity import GranularityFacts, GranularityGroup, GranularityVariant
+from gcdoctor.trace.launch_response import fill_whatif
 from gcdoctor.probes._regions import RegionCensus, wrap_in_checkpoint
 from gcdoctor.probes.launch_cost import LaunchDelay, calibrate_emulation, measure_launch_cost
 
@@ -139,46 +137,7 @@ class GranularityProbe:
 
     def _whatif(self, ctx, facts: GranularityFacts) -> None:
         """Each variant's step time as a function of the launch cost (docs/granularity.md, What-if)."""
-        facts.profiler_us_per_event = profiler_cost_per_event(facts, ctx.facts)
-        cpu = ctx.backend.kind == "cpu"
-        for group in facts.groups:
-            for row in group.variants:
-                if not row.fits:
-                    continue
-                row.whatif = self._variant_whatif(ctx, row, cpu, facts.profiler_us_per_event or 0.0)
-        derive_whatif(facts)
-
-    @staticmethod
-    def _variant_whatif(ctx, row: GranularityVariant, cpu: bool, per_event_us: float) -> LaunchWhatIf:
-        ops = sum(row.launch_ops_by_phase.values()) if row.launch_ops_by_phase else None
-        wi = LaunchWhatIf(launch_ops_per_step=ops, host_issue_ms=row.host_ms)
-        if cpu:
-            wi.method, wi.slack_ms = WHATIF_HOST, 0.0
-            return wi
-        readings = []
-        tm = ctx.facts.trace.get(row.trace_key) if row.trace_key else None
-        if tm is not None and tm.source:
-            try:
-                readings = read_steps(load_trace(ctx.rundir.path / tm.source), per_event_us, row.launch_ops_by_phase)
-            except Exception as exc:  # noqa: BLE001 - the totals still give a what-if
-                ctx.facts.unavailable[f"granularity.{row.group}.{row.variant}.whatif.trace"] = \
-                    f"{type(exc).__name__}: {str(exc)[:200]}"
-        if readings:
-            n = len(readings)
-            wi.method = WHATIF_TRACE
-            wi.launches_per_step = sum(r.launches for r in readings) / n
-            wi.host_issue_ms = sum(r.host_issue_ms for r in readings) / n
-            wi.device_busy_ms = sum(r.device_busy_ms for r in readings) / n
-            wi.blocked_ms = sum(r.blocked_ms for r in readings) / n
-            wi.profiler_ms = sum(r.profiler_ms for r in readings) / n
-            wi.per_launch = [r.per_launch for r in readings]
-            wi.per_op = [r.per_op for r in readings if r.per_op is not None]
-        else:
-            wi.method = WHATIF_TOTALS
-            wi.launches_per_step = row.kernels_per_step
-        if wi.host_issue_ms is not None and row.step_ms is not None:
-            wi.slack_ms = max(row.step_ms - wi.host_issue_ms, 0.0)
-        return wi
+        fill_whatif(ctx.facts, ctx.rundir.path)
 
     # -- the chosen model ------------------------------------------------------------------
     def _model_group(self, ctx, facts: GranularityFacts, steps: int) -> None:

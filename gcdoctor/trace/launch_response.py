@@ -27,12 +27,17 @@ No torch here. The result is gcdoctor.facts.granularity.HostResponse, one per pr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from gcdoctor.facts.granularity import HostResponse
+from gcdoctor.errors import UserError
+from gcdoctor.facts.granularity import (WHATIF_HOST, WHATIF_TOTALS, WHATIF_TRACE, GranularityVariant, HostResponse,
+                                        LaunchWhatIf, derive_whatif, profiler_cost_per_event)
 from gcdoctor.trace import intervals as iv
 from gcdoctor.trace.metrics import primary_device
+from gcdoctor.trace.load import load_trace
 from gcdoctor.trace.tables import HOST_MEM_PAGEABLE, TraceTables
 
 STEP_START = "gcdoctor/forward"
@@ -254,3 +259,56 @@ def _read_step(t: TraceTables, s0: int, s1: int, final: int, rt_names: np.ndarra
         profiler_ms=max(host_ms - total_blocked - issue_ms, 0.0), device_busy_ms=float(d_dur.sum()) / 1e6,
         launches=len(launch), segments=len(sync_starts), latency_us=latency / 1e3,
         per_launch=response(w_launch), per_op=response(w_op) if w_op is not None else None)
+
+
+# -- the what-if of a granularity run ----------------------------------------------------------
+
+def variant_whatif(row: GranularityVariant, facts: Any, run_dir: Path | None, per_event_us: float) -> LaunchWhatIf:
+    """The launch-cost what-if of one measured variant: from its profiled trace (the max-plus
+    response), else from its host and step times (totals), or on the CPU the host itself."""
+    ops = sum(row.launch_ops_by_phase.values()) if row.launch_ops_by_phase else None
+    wi = LaunchWhatIf(launch_ops_per_step=ops, host_issue_ms=row.host_ms)
+    if facts.environment.device_kind == "cpu":
+        wi.method, wi.slack_ms = WHATIF_HOST, 0.0
+        return wi
+    readings: list[StepReading] = []
+    tm = facts.trace.get(row.trace_key) if row.trace_key else None
+    if tm is not None and tm.source and run_dir is not None and (Path(run_dir) / tm.source).is_file():
+        try:
+            readings = read_steps(load_trace(Path(run_dir) / tm.source), per_event_us, row.launch_ops_by_phase or None)
+        except UserError as exc:
+            facts.unavailable[f"granularity.{row.group}.{row.variant}.whatif"] = str(exc)
+    if readings:
+        n = len(readings)
+        wi.method = WHATIF_TRACE
+        wi.launches_per_step = sum(r.launches for r in readings) / n
+        wi.host_issue_ms = sum(r.host_issue_ms for r in readings) / n
+        wi.device_busy_ms = sum(r.device_busy_ms for r in readings) / n
+        wi.blocked_ms = sum(r.blocked_ms for r in readings) / n
+        wi.profiler_ms = sum(r.profiler_ms for r in readings) / n
+        wi.per_launch = [r.per_launch for r in readings]
+        wi.per_op = [r.per_op for r in readings if r.per_op is not None]
+    else:
+        wi.method = WHATIF_TOTALS
+        wi.launches_per_step = row.kernels_per_step
+    if wi.host_issue_ms is not None and row.step_ms is not None:
+        wi.slack_ms = max(row.step_ms - wi.host_issue_ms, 0.0)
+    return wi
+
+
+def fill_whatif(facts: Any, run_dir: Path | None) -> None:
+    """The what-if of every measured variant of `facts.granularity` (traces read from `run_dir`),
+    then the break-even and predicted steps (gcdoctor.facts.granularity.derive_whatif)."""
+    g = facts.granularity
+    if g is None:
+        return
+    g.profiler_us_per_event = profiler_cost_per_event(g, facts)
+    if g.profiler_us_per_event is None and facts.environment.device_kind != "cpu":
+        facts.unavailable["granularity.profiler_us_per_event"] = (
+            "no profiled variant was host-bound (device idle at least half the step), so the profiler's own host "
+            "cost could not be measured; the what-if keeps it in the host time (it predicts host-bound steps early)")
+    for group in g.groups:
+        for row in group.variants:
+            if row.fits:
+                row.whatif = variant_whatif(row, facts, run_dir, g.profiler_us_per_event or 0.0)
+    derive_whatif(g)
