@@ -179,3 +179,62 @@ def test_emulation_check_pairs_variants_and_reports_the_error():
     assert c.error_pct == pytest.approx(-4.0)
     with pytest.raises(ValueError):
         emulation_check(native, native)
+
+
+# -- the emulated launch cost on the CPU ---------------------------------------------------------
+
+def test_launch_delay_charges_launching_ops_and_lets_views_and_other_devices_through():
+    import time
+
+    import torch
+
+    from gcdoctor.probes.launch_cost import LaunchDelay
+    x = torch.zeros(4, requires_grad=True)
+    d = LaunchDelay("cpu", spin_us=0.0)
+    with d:
+        y = (x * 2).view(2, 2).t()  # mul: delayed; view and t: views
+        y.sum().backward()  # sum, and the backward's ops: delayed
+    assert d.passed >= 2 and d.delayed >= 3
+    other = LaunchDelay("cuda")  # CPU tensors do not launch on a CUDA device
+    with other:
+        (x.detach() + 1).sum()
+    assert other.delayed == 0 and other.passed >= 2
+    slow = LaunchDelay("cpu", spin_us=2000.0)
+    t0 = time.perf_counter()
+    with slow:
+        for _ in range(10):
+            x.detach().add(1)  # detach: through; add: 2 ms
+    assert slow.delayed == 10
+    assert time.perf_counter() - t0 >= 0.020  # a busy-wait on the wall clock: at least 10 x 2 ms
+
+
+def test_launch_delay_counts_by_phase_when_asked():
+    import torch
+
+    from gcdoctor.probes.launch_cost import LaunchDelay
+    d = LaunchDelay("cpu")
+    phase = {"now": "forward"}
+    d.phase_of = lambda: phase["now"]
+    x = torch.ones(3)
+    with d:
+        x + 1
+        phase["now"] = "optimizer"
+        x * 2
+        x.view(-1)
+    assert d.by_phase == {"forward": 1, "optimizer": 1} and d.passed_by_phase == {"optimizer": 1}
+    d.reset_counts()
+    assert (d.delayed, d.passed, d.by_phase) == (0, 0, {})
+
+
+def test_calibration_subtracts_the_modes_own_cost():
+    from gcdoctor.backends import get_backend
+    from gcdoctor.probes.launch_cost import calibrate_emulation, measure_launch_cost
+    backend = get_backend("cpu")
+    native, _ = measure_launch_cost(backend, launches=300, repeats=1, region_reps=3)
+    emu, delay = calibrate_emulation(backend, 500.0, native, launches=300)
+    assert emu.mode_cost_us > 0 and emu.passthrough_cost_us >= 0
+    assert emu.spin_us == pytest.approx(500.0 - emu.mode_cost_us)
+    assert delay.spin_ns == round(emu.spin_us * 1e3)
+    low, delay0 = calibrate_emulation(backend, 0.0, native, launches=300)
+    assert low.spin_us == 0.0 and delay0.spin_ns == 0
+    assert "less than the emulation's own cost" in low.notes[0]
