@@ -6,6 +6,7 @@ from gcdoctor.rules.device_starving_cpu import DeviceStarvingCpuRule
 from gcdoctor.rules.gc_unneeded import GcUnneededRule
 from gcdoctor.rules.host_bound_step import HostBoundStepRule
 from gcdoctor.rules.insufficient_memory_saving import InsufficientMemorySavingRule
+from gcdoctor.rules.launch_cost_headroom import LaunchCostHeadroomRule
 from gcdoctor.rules.launch_overhead_bound import LaunchOverheadBoundRule
 from gcdoctor.rules.loss_jitter import LossJitterRule
 from gcdoctor.rules.model_states_dominate import ModelStatesDominateRule
@@ -26,6 +27,7 @@ ALL_RULES: list[Rule] = [
     PrescriptionRule(),
     RecomputeShareRule(),
     LaunchOverheadBoundRule(),
+    LaunchCostHeadroomRule(),
     OffloadStallRule(),
     HostBoundStepRule(),
     PcieSaturatedIdleRule(),
