@@ -10,6 +10,7 @@ from gcdoctor.rules.launch_cost_headroom import LaunchCostHeadroomRule
 from gcdoctor.rules.launch_overhead_bound import LaunchOverheadBoundRule
 from gcdoctor.rules.loss_jitter import LossJitterRule
 from gcdoctor.rules.model_states_dominate import ModelStatesDominateRule
+from gcdoctor.rules.offload_link_whatif import OffloadLinkWhatIfRule
 from gcdoctor.rules.offload_stall import OffloadStallRule
 from gcdoctor.rules.oom_boundary_gain import OomBoundaryGainRule
 from gcdoctor.rules.pcie_saturated_idle import PcieSaturatedIdleRule
@@ -29,6 +30,7 @@ ALL_RULES: list[Rule] = [
     LaunchOverheadBoundRule(),
     LaunchCostHeadroomRule(),
     OffloadStallRule(),
+    OffloadLinkWhatIfRule(),
     HostBoundStepRule(),
     PcieSaturatedIdleRule(),
     DeviceStarvingCpuRule(),
