@@ -47,6 +47,7 @@ PHASE_NAMES = ("forward", "backward", "optimizer")
 # (tens of microseconds is the longest an unblocked launch takes, profiled, on the H200's host)
 BLOCKED_EXTRA_NS = 50_000
 DEFAULT_LATENCY_NS = 5_000  # launch-call end -> op start on an idle device when none was seen
+MAX_LATENCY_NS = 100_000  # ten times the longest idle-device latency in the H200 traces (~10 us)
 ROUND_MS, ROUND_B = 5, 6  # digits kept in the facts: 10 ns, one part in a million
 
 
@@ -202,7 +203,9 @@ def _read_step(t: TraceTables, s0: int, s1: int, final: int, rt_names: np.ndarra
     idle = l_end >= prev_end
     lat = (d_start[dorder] - l_end)[idle]
     lat = lat[lat >= 0]
-    latency = float(np.median(lat)) if len(lat) else float(DEFAULT_LATENCY_NS)
+    # a latency beyond MAX_LATENCY_NS is a device clock that drifted from the host's (several profiling
+    # sessions in one process, REFERENCES.md section 9), not a launch: capped
+    latency = min(float(np.median(lat)) if len(lat) else float(DEFAULT_LATENCY_NS), float(MAX_LATENCY_NS))
 
     # synchronising calls split the step into stretches
     step_syncs = np.flatnonzero(sync & (rt.start_ns >= s0) & (rt.start_ns <= rt.start_ns[final]))
