@@ -93,6 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--master-weights", choices=["none", "fp32"], default="none",
                     help="fp32 master weights and optimizer states (mixed precision)")
     pl.add_argument("--json", action="store_true", help="print JSON")
+    pl.add_argument("--launch-us", type=float, metavar="N",
+                    help="the card's launch cost for the step-time prediction (measured by diagnose --probes granularity)")
+    pl.add_argument("--granularity-run", metavar="DIR",
+                    help="a diagnose --probes granularity run to scale step times from (default: the recorded H200 run)")
 
     mo = sub.add_parser("monitor", help="live telemetry beside a training job (or a watched run directory)")
     mo.add_argument("--gpu", type=int, help="only this GPU index (default: all)")

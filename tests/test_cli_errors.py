@@ -44,6 +44,7 @@ def assert_one_line_error(rc: int, err: str, needle: str) -> None:
     (["explain", "GC999"], "unknown rule 'GC999'"),
     (["analyze", "/nonexistent/run"], "no such file or directory"),
     (["plan", "--model", "llama3-8b", "--device-memory", "-3GB"], "--device-memory"),
+    (["plan", "--model", "llama3-8b", "--device-memory", "48GB", "--launch-us", "30"], "need --device CARD"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, argv, needle):
     argv = [a for a in argv]

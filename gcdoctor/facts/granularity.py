@@ -141,6 +141,14 @@ class LaunchWhatIf:
     slack_ms: float | None = None
     per_launch: list[HostResponse] = field(default_factory=list)  # one per profiled step
     per_op: list[HostResponse] = field(default_factory=list)  # weights from the census's ops per phase
+    # what another device's step-time prediction scales (gcdoctor/steptime.py), per step: device time
+    # of the forward+backward's matrix kernels (GEMMs, attention) and of the rest, of the optimizer
+    # step; the optimizer's launches and host issue time (the rest is the forward+backward's)
+    matmul_ms: float | None = None
+    other_ms: float | None = None
+    optimizer_device_ms: float | None = None
+    optimizer_launches: float | None = None
+    optimizer_host_ms: float | None = None
 
     def added_ms(self, extra_ms: float, per: str = "launch") -> float | None:
         """Step time added by `extra_ms` of host time per step (charged per launch or per op)."""

@@ -26,6 +26,7 @@ No torch here. The result is gcdoctor.facts.granularity.HostResponse, one per pr
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,10 @@ BLOCKED_EXTRA_NS = 50_000
 DEFAULT_LATENCY_NS = 5_000  # launch-call end -> op start on an idle device when none was seen
 MAX_LATENCY_NS = 100_000  # ten times the longest idle-device latency in the H200 traces (~10 us)
 ROUND_MS, ROUND_B = 5, 6  # digits kept in the facts: 10 ns, one part in a million
+# matrix-unit kernels (GEMMs, attention) by name, CUDA and MUSA libraries: their time scales with the
+# device's peak FLOP/s; the rest (elementwise, reductions, copies, the optimizer) with its bandwidth
+MATMUL_KERNEL = re.compile(r"gemm|nvjet|cutlass|cublas|xmma|wgmma|sdpa|flash|fmha|attention|mublas|mudnn|matmul",
+                           re.IGNORECASE)
 
 
 @dataclass
@@ -66,6 +71,14 @@ class StepReading:
     latency_us: float
     per_launch: HostResponse
     per_op: HostResponse | None  # weights from the census's op counts per phase, when given
+    # the split the step-time prediction of another device scales (gcdoctor/steptime.py): device time
+    # of the forward+backward's matrix kernels and of the rest, of the optimizer step; launches and
+    # host issue time of the forward+backward and of the optimizer step
+    matmul_ms: float = 0.0
+    other_ms: float = 0.0
+    optimizer_device_ms: float = 0.0
+    optimizer_launches: int = 0
+    optimizer_host_ms: float = 0.0
 
 
 def _is_sync(name: str) -> bool:
@@ -257,7 +270,15 @@ def _read_step(t: TraceTables, s0: int, s1: int, final: int, rt_names: np.ndarra
     host_ms = (float(rt.start_ns[final]) - s0) / 1e6
     issue_ms = float(host_at_sync[-1]) / 1e6 if len(host_at_sync) else host_ms
     total_blocked = float(blocked[l_start < rt.start_ns[final]].sum()) / 1e6
-    return StepReading(
+    phase = _phase_of(t, s0, s1, l_start.astype(np.int64))
+    opt = phase == PHASE_NAMES.index("optimizer")
+    names = np.asarray(t.names, dtype=object)[ops.name_id[rows]]
+    mm = np.fromiter((bool(MATMUL_KERNEL.search(n)) for n in names), dtype=bool, count=len(rows)) & ~opt
+    first_opt_host = float(launch_done[opt].min() - l_dur[opt][np.argmin(launch_done[opt])]) if opt.any() else None
+    split = dict(matmul_ms=float(d_dur[mm].sum()) / 1e6, other_ms=float(d_dur[~mm & ~opt].sum()) / 1e6,
+                 optimizer_device_ms=float(d_dur[opt].sum()) / 1e6, optimizer_launches=int(opt.sum()),
+                 optimizer_host_ms=0.0 if first_opt_host is None else max(issue_ms - first_opt_host / 1e6, 0.0))
+    return StepReading(**split,
         step_ms=(s1 - s0) / 1e6, host_ms=host_ms, host_issue_ms=max(issue_ms, 0.0), blocked_ms=total_blocked,
         profiler_ms=max(host_ms - total_blocked - issue_ms, 0.0), device_busy_ms=float(d_dur.sum()) / 1e6,
         launches=len(launch), segments=len(sync_starts), latency_us=latency / 1e3,
@@ -290,6 +311,8 @@ def variant_whatif(row: GranularityVariant, facts: Any, run_dir: Path | None, pe
         wi.blocked_ms = sum(r.blocked_ms for r in readings) / n
         wi.profiler_ms = sum(r.profiler_ms for r in readings) / n
         wi.per_launch = [r.per_launch for r in readings]
+        for name in ("matmul_ms", "other_ms", "optimizer_device_ms", "optimizer_launches", "optimizer_host_ms"):
+            setattr(wi, name, sum(getattr(r, name) for r in readings) / n)
         wi.per_op = [r.per_op for r in readings if r.per_op is not None]
     else:
         wi.method = WHATIF_TOTALS
