@@ -141,14 +141,13 @@ class LaunchWhatIf:
     slack_ms: float | None = None
     per_launch: list[HostResponse] = field(default_factory=list)  # one per profiled step
     per_op: list[HostResponse] = field(default_factory=list)  # weights from the census's ops per phase
-    # what another device's step-time prediction scales (gcdoctor/steptime.py), per step: device time
-    # of the forward+backward's matrix kernels (GEMMs, attention) and of the rest, of the optimizer
-    # step; the optimizer's launches and host issue time (the rest is the forward+backward's)
+    # what the step-time prediction of another card scales (gcdoctor/steptime.py), per step:
+    # device time of the forward+backward's matrix kernels (GEMMs, attention)
     matmul_ms: float | None = None
-    other_ms: float | None = None
-    optimizer_device_ms: float | None = None
-    optimizer_launches: float | None = None
-    optimizer_host_ms: float | None = None
+    other_ms: float | None = None  # device time of the forward+backward's other kernels and copies
+    optimizer_device_ms: float | None = None  # device time of the optimizer step
+    optimizer_launches: float | None = None  # launches of the optimizer step (the rest: forward+backward)
+    optimizer_host_ms: float | None = None  # host issue time of the optimizer step (the rest: forward+backward)
 
     def added_ms(self, extra_ms: float, per: str = "launch") -> float | None:
         """Step time added by `extra_ms` of host time per step (charged per launch or per op)."""
@@ -207,17 +206,16 @@ class GranularityVariant:
     cpu_ops_per_step: float | None = None  # host-side op count, the CPU's stand-in for launches
     # host time from the step's start until it waits for the device at the end (unprofiled median)
     host_ms: float | None = None
-    # census: ops an emulated launch delay is charged to, by phase (forward, backward, optimizer),
-    # and the ops the delay lets through (views, allocations, host tensors)
+    # census: ops an emulated launch delay is charged to, by phase (forward, backward, optimizer)
     launch_ops_by_phase: dict[str, int] = field(default_factory=dict)
-    passthrough_ops_per_step: int | None = None
+    passthrough_ops_per_step: int | None = None  # census: ops the delay lets through (views, allocations)
     whatif: LaunchWhatIf | None = None
     # the launch cost (us per launch, absolute) from which the host can no longer keep ahead of the
     # device: host issue time + launches x extra = the measured step
     break_even_launch_us: float | None = None
-    # at GranularityFacts.whatif_launch_us: predicted step, and its time added over the group's
-    # "none" at the same launch cost (the checkpointing overhead on such a device)
+    # predicted step at each of GranularityFacts.whatif_launch_us
     predicted_step_ms: list[float | None] = field(default_factory=list)
+    # time added over the group's "none" at the same launch cost: the checkpointing overhead there
     predicted_overhead_pct: list[float | None] = field(default_factory=list)
 
     @property

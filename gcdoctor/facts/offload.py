@@ -150,13 +150,13 @@ class LinkWhatIf:
 
     link: str = ""  # e.g. "PCIe Gen4 x16", or "pageable copies as measured" for the check
     peak_gbs: float | None = None  # per direction
-    h2d_gbs: float | None = None  # copy bandwidth assumed
-    d2h_gbs: float | None = None
+    h2d_gbs: float | None = None  # host-to-device copy bandwidth assumed
+    d2h_gbs: float | None = None  # device-to-host copy bandwidth assumed
     copy_ms: float | None = None  # per step
-    exposed_copy_ms: float | None = None
-    exposed_copy_ms_if_overlap_scales: float | None = None
+    exposed_copy_ms: float | None = None  # copy time beyond what overlapped kernels here (the prediction)
+    exposed_copy_ms_if_overlap_scales: float | None = None  # the overlapped share kept instead (a lower bound)
     step_ms: float | None = None  # measured step + the change in exposed copy time
-    stall_share: float | None = None  # (host-wait idle + exposed copies) / predicted step
+    stall_share: float | None = None  # (host-wait idle + exposed copies) / predicted step, at most 1
     slowdown_pct: float | None = None  # vs the reference ("gc") as measured
 
 
@@ -168,7 +168,7 @@ class LinkCheck:
     source: str = ""  # the pinned variant the prediction starts from
     target: str = ""  # its pageable twin
     prediction: LinkWhatIf | None = None
-    measured_step_ms: float | None = None
+    measured_step_ms: float | None = None  # the pageable twin's
 
     @property
     def error_pct(self) -> float | None:
@@ -315,7 +315,7 @@ def predict_on_link(v: OffloadVariant, h2d_gbs: float | None, d2h_gbs: float | N
     return LinkWhatIf(
         link=link, peak_gbs=peak_gbs, h2d_gbs=h2d_gbs, d2h_gbs=d2h_gbs, copy_ms=copy, exposed_copy_ms=exposed,
         exposed_copy_ms_if_overlap_scales=copy * (1.0 - share), step_ms=step,
-        stall_share=(host_wait + exposed) / step if step > 0 else None,
+        stall_share=min((host_wait + exposed) / step, 1.0) if step > 0 else None,
         slowdown_pct=100.0 * (step / reference_step_ms - 1.0) if reference_step_ms else None)
 
 
