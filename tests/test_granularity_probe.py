@@ -13,11 +13,9 @@ MODEL_VARIANTS = ["none", "layer", "every-2", "every-4", "selective-mlp", "selec
 SYNTHETIC_VARIANTS = ["none", "block", "linear", "block-reentrant", "linear-reentrant"]
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("granularity")
+def _probe_run(out, **settings):
     cfg = RunConfig(device="cpu", model="tiny-llama", probes=["granularity"], seq_len=32, measure_steps=1,
-                    warmup_steps=1, out=str(out), telemetry_hz=5.0)
+                    warmup_steps=1, out=str(out), telemetry_hz=5.0, **settings)
     # one intra-op thread: on a shared 2-core machine two threads wait on each other at every
     # parallel op and a run takes several times longer; nothing here depends on threads
     threads = torch.get_num_threads()
@@ -28,6 +26,11 @@ def run(tmp_path_factory):
     finally:
         torch.set_num_threads(threads)
     return session, out
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return _probe_run(tmp_path_factory.mktemp("granularity"))
 
 
 def test_every_variant_is_measured(run):
@@ -136,17 +139,7 @@ def test_the_live_rows_of_the_synthetic_blocks_use_their_own_flop_count(run):
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory):
     """The same probe with --emulate-launch-us 40."""
-    out = tmp_path_factory.mktemp("granularity-emulated")
-    cfg = RunConfig(device="cpu", model="tiny-llama", probes=["granularity"], seq_len=32, measure_steps=1,
-                    warmup_steps=1, out=str(out), telemetry_hz=5.0, emulate_launch_us=40.0)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        session = Session(cfg)
-        session.run()
-    finally:
-        torch.set_num_threads(threads)
-    return session, out
+    return _probe_run(tmp_path_factory.mktemp("granularity-emulated"), emulate_launch_us=40.0)
 
 
 def test_census_counts_the_ops_a_launch_delay_is_charged_to(run):
