@@ -229,8 +229,8 @@ def _read_step(t: TraceTables, s0: int, s1: int, final: int, rt_names: np.ndarra
     # weights: one per launch, or the census's ops of the launch's phase spread over its launches
     w_launch = np.ones(len(launch))
     w_op = None
+    phase = _phase_of(t, s0, s1, l_start.astype(np.int64))
     if ops_per_phase:
-        phase = _phase_of(t, s0, s1, l_start.astype(np.int64))
         w_op = np.zeros(len(launch))
         for p, name in enumerate(PHASE_NAMES):
             m = phase == p
@@ -270,7 +270,6 @@ def _read_step(t: TraceTables, s0: int, s1: int, final: int, rt_names: np.ndarra
     host_ms = (float(rt.start_ns[final]) - s0) / 1e6
     issue_ms = float(host_at_sync[-1]) / 1e6 if len(host_at_sync) else host_ms
     total_blocked = float(blocked[l_start < rt.start_ns[final]].sum()) / 1e6
-    phase = _phase_of(t, s0, s1, l_start.astype(np.int64))
     opt = phase == PHASE_NAMES.index("optimizer")
     names = np.asarray(t.names, dtype=object)[ops.name_id[rows]]
     mm = np.fromiter((bool(MATMUL_KERNEL.search(n)) for n in names), dtype=bool, count=len(rows)) & ~opt
