@@ -220,6 +220,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             facts = Facts.load(facts_path)
         except (ValueError, TypeError, KeyError) as exc:
             raise UserError(f"{facts_path}: not a valid gcdoctor facts file ({exc})") from None
+        from gcdoctor.trace.launch_response import fill_missing_whatif
+        fill_missing_whatif(facts, path)  # a run recorded before the what-if: derived from its own traces
     elif path.is_file():
         from gcdoctor.trace import facts_from_trace
         facts = facts_from_trace(path)

@@ -13,7 +13,7 @@ class OffloadLinkWhatIfRule(Rule):
     this run's pinned copies reached of its own link, scaled; pageable copies keep their measured
     host-bound pace where the link is faster), exposed as far as they outgrow the compute they
     overlapped here. It reports a variant that stalls the device for less than `min_stall_share`
-    of its step here but would stall it more on a slower link, and checks the arithmetic on two
+    of its step here but at least that much on the slowest link, and checks the arithmetic on two
     measured points: the pinned variant's copies predicted at the bandwidth its pageable twin
     measured, against the pageable twin's measured step.
 

@@ -238,3 +238,15 @@ def test_calibration_subtracts_the_modes_own_cost():
     low, delay0 = calibrate_emulation(backend, 0.0, native, launches=300)
     assert low.spin_us == 0.0 and delay0.spin_ns == 0
     assert "less than the emulation's own cost" in low.notes[0]
+
+
+def test_analyze_gives_a_run_recorded_before_the_whatif_its_whatif(tmp_path, capsys):
+    from gcdoctor.cli import main
+    assert main(["analyze", str(RUN), "--out", str(tmp_path / "an")]) == 0
+    capsys.readouterr()
+    facts = Facts.load(tmp_path / "an" / "facts.json")
+    assert facts.granularity.group("model").get("layer").break_even_launch_us == pytest.approx(53.0, abs=0.1)
+    assert facts.offload.link_check is not None and facts.offload.whatif_links == ["PCIe Gen4 x16", "PCIe Gen3 x16"]
+    md = (tmp_path / "an" / "report.md").read_text()
+    assert "### What-if: step time on a device with costlier launches" in md
+    assert "### What-if: a slower host link" in md

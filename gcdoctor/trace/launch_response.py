@@ -337,3 +337,15 @@ def fill_whatif(facts: Any, run_dir: Path | None) -> None:
             if row.fits:
                 row.whatif = variant_whatif(row, facts, run_dir, g.profiler_us_per_event or 0.0)
     derive_whatif(g)
+
+
+def fill_missing_whatif(facts: Any, run_dir: Path | None) -> None:
+    """For a run recorded before the what-if existed (`gcdoctor analyze RUN_DIR`): the launch-cost
+    what-if from its traces and the slower-link what-if from its offload facts, where missing."""
+    from gcdoctor.facts.offload import derive_link_whatif
+    g = facts.granularity
+    if g is not None and g.groups and not any(v.whatif is not None for grp in g.groups for v in grp.variants):
+        fill_whatif(facts, run_dir)
+    o = facts.offload
+    if o is not None and o.variants and not o.whatif_links:
+        derive_link_whatif(o, facts.environment.pcie_peak_gbs)
