@@ -107,6 +107,7 @@ class StepRecord:
     peak_reserved_bytes: int | None
     baseline_allocated_bytes: int | None
     activation_after_forward_bytes: int | None
+    host_ms: float | None = None  # host time until the step waits for the device at its end
     t_start: float = 0.0  # time.monotonic(), the telemetry clock
     t_end: float = 0.0
     phase_times: dict[str, tuple[float, float]] = field(default_factory=dict)  # monotonic, host side
@@ -189,6 +190,7 @@ class TrainingStep:
         with record_function(LABEL_PREFIX + "optimizer"):
             self._optimizer_step()
         clock.mark()
+        host_ms = (time.perf_counter() - w0) * 1e3
         b.synchronize()
         step_ms = (time.perf_counter() - w0) * 1e3
         t3 = time.monotonic()
@@ -205,7 +207,7 @@ class TrainingStep:
             peak_optimizer_allocated_bytes=peak_opt, peak_reserved_bytes=max(reserved) if reserved else None,
             baseline_allocated_bytes=baseline,
             activation_after_forward_bytes=None if after_fwd is None or baseline is None else after_fwd - baseline,
-            t_start=t0, t_end=t3, phase_times=phases,
+            host_ms=host_ms, t_start=t0, t_end=t3, phase_times=phases,
         )
 
     def release(self) -> None:

@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--probe-layers", type=_positive_int, help="layers for the many-variant probes (default 4 on a GPU)")
     d.add_argument("--probe-batch", type=_positive_int, help="batch of the many-variant probes (default 1)")
     d.add_argument("--memory-limit", help="cap device memory for this run, e.g. 48GB (what-if, tests)")
+    d.add_argument("--emulate-launch-us", type=float, metavar="N",
+                   help="what-if: the granularity probe adds N us of host time per launching op")
     d.add_argument("--no-profile", action="store_true", help="do not profile (no traces, no trace metrics)")
     d.add_argument("--telemetry-hz", type=float, help="telemetry sampling rate (default 20)")
     d.add_argument("--out", help="run directory (default: a new folder under ./gcdoctor-runs/)")
@@ -91,6 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--master-weights", choices=["none", "fp32"], default="none",
                     help="fp32 master weights and optimizer states (mixed precision)")
     pl.add_argument("--json", action="store_true", help="print JSON")
+    pl.add_argument("--launch-us", type=float, metavar="N",
+                    help="the card's launch cost for the step-time prediction (measured by diagnose --probes granularity)")
+    pl.add_argument("--granularity-run", metavar="DIR",
+                    help="a diagnose --probes granularity run to scale step times from (default: the recorded H200 run)")
 
     mo = sub.add_parser("monitor", help="live telemetry beside a training job (or a watched run directory)")
     mo.add_argument("--gpu", type=int, help="only this GPU index (default: all)")
@@ -153,6 +159,10 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         cfg.memory_limit_bytes = parse_size(args.memory_limit, "--memory-limit")
     if args.no_profile:
         cfg.profile = False
+    if getattr(args, "emulate_launch_us", None) is not None:
+        cfg.emulate_launch_us = args.emulate_launch_us
+    if cfg.emulate_launch_us is not None and not 0 <= cfg.emulate_launch_us <= 100_000:
+        raise UserError(f"--emulate-launch-us {cfg.emulate_launch_us:g}: use 0 to 100000 microseconds")
     if cfg.telemetry_hz <= 0 or cfg.telemetry_hz > 1000:
         raise UserError(f"--telemetry-hz {cfg.telemetry_hz}: use a rate between 0 and 1000 Hz")
     if isinstance(cfg.memory_limit_bytes, str):
@@ -210,6 +220,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             facts = Facts.load(facts_path)
         except (ValueError, TypeError, KeyError) as exc:
             raise UserError(f"{facts_path}: not a valid gcdoctor facts file ({exc})") from None
+        from gcdoctor.trace.launch_response import fill_missing_whatif
+        fill_missing_whatif(facts, path)  # a run recorded before the what-if: derived from its own traces
     elif path.is_file():
         from gcdoctor.trace import facts_from_trace
         facts = facts_from_trace(path)

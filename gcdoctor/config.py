@@ -44,6 +44,8 @@ class RunConfig:
     profile: bool = True  # profile measured steps (traces + trace metrics)
     telemetry_hz: float = 20.0
     memory_limit_bytes: int | None = None  # injected allocation limit (testing, what-if)
+    # what-if: the granularity probe adds this much host time (us) per dispatched op (docs/granularity.md)
+    emulate_launch_us: float | None = None
     seed: int = 0
     out: str | None = None
     tui: bool | None = None  # None: on when stdout is a terminal

@@ -135,6 +135,9 @@ def _from_args(args: Any) -> dict[str, Any]:
         "optimizer": getattr(args, "optimizer", None), "layers": getattr(args, "layers", None),
         "gc_modes": getattr(args, "gc", None), "as_json": bool(getattr(args, "json", False)), "device": kind,
         "master_weights": master in (True, "fp32"), "batch_sizes": getattr(args, "batch_sizes", None),
+        # --device as typed: a named card (a hardware preset) also gets the step-time prediction
+        "card": getattr(args, "device", None), "launch_us": getattr(args, "launch_us", None),
+        "granularity_run": getattr(args, "granularity_run", None),
     }
 
 
@@ -154,7 +157,8 @@ def _batch_list(batch_sizes: Any) -> list[int] | None:
 def run_plan(model: Any = None, device_memory: str | int | None = None, seq_len: int | None = None,
              dtype: str | None = None, optimizer: str | None = None, layers: int | None = None,
              gc_modes: Any = None, as_json: bool = False, device: str = "cuda", master_weights: bool = False,
-             batch_sizes: Any = None) -> tuple[str, dict]:
+             batch_sizes: Any = None, card: str | None = None, launch_us: float | None = None,
+             granularity_run: str | None = None) -> tuple[str, dict]:
     """Predict peak memory vs batch size on a card of `device_memory`; return (text, data).
 
     `model` may also be the CLI's argparse namespace. Defaults are diagnose's: on a device
@@ -225,9 +229,24 @@ def run_plan(model: Any = None, device_memory: str | int | None = None, seq_len:
         "max_batch_no_gc": best.get("no_gc"), "max_batch_gc": best.get("gc"),
         "points": rows, "does_not_fit": reasons, "exact": spec.model_type in M.EXACT_TYPES,
     }
+    step_lines = _step_time(data, spec, seq_len, dtype, card, launch_us, granularity_run)
     if as_json:
         return json.dumps(data, indent=1), data
-    return _render(data, modes, batches, rows), data
+    return _render(data, modes, batches, rows) + "".join("\n" + line for line in step_lines), data
+
+
+def _step_time(data: dict, spec: Any, seq_len: int, dtype: str, card: str | None, launch_us: float | None,
+               granularity_run: str | None) -> list[str]:
+    """Beside memory, the predicted step time per checkpointing granularity on a named card
+    (gcdoctor/steptime.py); nothing for a device kind."""
+    from gcdoctor import steptime
+    lines, step = steptime.section(spec, seq_len, dtype, card, launch_us, granularity_run)
+    if step is None:
+        return []
+    data["step_time"] = step
+    if not data.get("max_batch_gc") and not data.get("max_batch_no_gc"):
+        lines.append("  (no batch fits this card's memory with these settings: see above)")
+    return [""] + lines
 
 
 def _render(data: dict, modes: list[str], batches: list[int], rows: list[dict]) -> str:

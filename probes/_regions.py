@@ -53,6 +53,12 @@ class RegionCensus:
         # (regions, forward ops in regions, recomputed ops) of the census step
         self.counted: tuple[int, int, int] | None = None
         self.api: str | None = None  # how checkpointing was turned on, when a library call did it
+        # ops an emulated launch delay is charged to, by phase (LaunchDelay's filter), and those it
+        # lets through: forward and backward from the census step, the optimizer from the next
+        # step (the first optimizer step also creates the optimizer's states)
+        self.launch_ops_by_phase: dict[str, int] = {}
+        self.passthrough_ops = 0
+        self.host_ms: list[float | None] = []  # every step run, in order (StepRecord.host_ms)
 
     def reset(self, census: bool) -> None:
         self.regions, self.forward_ops, self.recomputed_ops, self.census = 0, 0, 0, census

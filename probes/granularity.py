@@ -11,6 +11,7 @@ Before all of it, the device's launch cost (probes/launch_cost.py). Rule GC010 j
 """
 from __future__ import annotations
 
+import contextlib
 import statistics
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -21,8 +22,9 @@ from gcdoctor.capture import TrainingStep, enable_layer_checkpointing, free_memo
 from gcdoctor.config import RunConfig
 from gcdoctor.facts import Facts
 from gcdoctor.facts.granularity import GranularityFacts, GranularityGroup, GranularityVariant
+from gcdoctor.trace.launch_response import fill_whatif
 from gcdoctor.probes._regions import RegionCensus, wrap_in_checkpoint
-from gcdoctor.probes.launch_cost import measure_launch_cost
+from gcdoctor.probes.launch_cost import LaunchDelay, calibrate_emulation, measure_launch_cost
 
 PROFILED_STEPS = 2  # ctx.measure profiles this many steps (session._profile)
 
@@ -92,19 +94,50 @@ class GranularityProbe:
         ctx.progress(self.name, "launch-cost", message="device launch-cost microbenchmark")
         facts.launch, unavailable = measure_launch_cost(ctx.backend)
         ctx.facts.unavailable.update(unavailable)
-        lc = facts.launch
-        ctx.log(f"launch cost: {lc.launch_us:.2f} us per tiny kernel, host enqueue {lc.enqueue_us:.2f} us, "
-                f"graph replay {_us(lc.graph_replay_us_per_op)} per op; checkpoint region host cost "
-                f"{_us(lc.region_fixed_us)} + {_us(lc.region_per_op_us)} per op inside")
+        self._log_launch(ctx, facts.launch)
+        self._delay = None
+        if cfg.emulate_launch_us is not None:
+            self._emulate(ctx, facts, cfg.emulate_launch_us)
         ctx.save()
 
-        self._model_group(ctx, facts, steps)
-        for size in (CPU_SYNTHETIC if cpu else GPU_SYNTHETIC):
-            self._synthetic_group(ctx, facts, size, steps)
+        with self._delay if self._delay is not None else contextlib.nullcontext():
+            self._model_group(ctx, facts, steps)
+            for size in (CPU_SYNTHETIC if cpu else GPU_SYNTHETIC):
+                self._synthetic_group(ctx, facts, size, steps)
+        self._whatif(ctx, facts)
+        ctx.save()
         if cpu:
             ctx.facts.unavailable.setdefault(
                 "granularity.kernels_per_step", "CPU run: the trace has no device kernels (device idle share, "
                 "kernel durations and recompute share of device time are device metrics)")
+
+    @staticmethod
+    def _log_launch(ctx, lc) -> None:
+        ctx.log(f"launch cost: {lc.launch_us:.2f} us per tiny kernel, host enqueue {lc.enqueue_us:.2f} us, "
+                f"graph replay {_us(lc.graph_replay_us_per_op)} per op; checkpoint region host cost "
+                f"{_us(lc.region_fixed_us)} + {_us(lc.region_per_op_us)} per op inside")
+
+    def _emulate(self, ctx, facts: GranularityFacts, target_us: float) -> None:
+        """Calibrate the launch delay, then measure the launch and region costs again under it: every
+        variant below runs with it, and GC010 judges them with the emulated costs."""
+        ctx.progress(self.name, "launch-cost", message=f"emulating +{target_us:g} us per launch")
+        emu, self._delay = calibrate_emulation(ctx.backend, target_us, facts.launch)
+        with self._delay:
+            facts.launch, unavailable = measure_launch_cost(ctx.backend)
+        ctx.facts.unavailable.update(unavailable)
+        facts.emulation = emu
+        lc = facts.launch
+        if lc.launch_us is not None and emu.native.launch_us is not None:
+            emu.readback_extra_us = lc.launch_us - emu.native.launch_us
+        emu.notes.append("only the granularity probe runs with the emulated launch cost; other probes run natively")
+        ctx.log(f"emulated launch cost: +{target_us:g} us per launching op (dispatch mode {emu.mode_cost_us:.2f} us "
+                f"+ spin {emu.spin_us:.2f} us); the microbenchmark reads {_us(lc.launch_us)} against "
+                f"{_us(emu.native.launch_us)} natively (+{_us(emu.readback_extra_us)})")
+        self._log_launch(ctx, lc)
+
+    def _whatif(self, ctx, facts: GranularityFacts) -> None:
+        """Each variant's step time as a function of the launch cost (docs/granularity.md, What-if)."""
+        fill_whatif(ctx.facts, ctx.rundir.path)
 
     # -- the chosen model ------------------------------------------------------------------
     def _model_group(self, ctx, facts: GranularityFacts, steps: int) -> None:
@@ -125,7 +158,8 @@ class GranularityProbe:
                 undo = apply_model_variant(model, variant, census)
                 try:
                     self._measure(ctx, group, variant, baseline, description, census, steps, lambda: _CensusStep(
-                        census, model, ctx.backend, cfg.probe_batch, ctx.seq_len, cfg.optimizer, cfg.seed), spec=spec)
+                        census, model, ctx.backend, cfg.probe_batch, ctx.seq_len, cfg.optimizer, cfg.seed,
+                        delay=self._delay), spec=spec)
                 finally:
                     undo()
                 if variant == "layer" and census.api:
@@ -155,8 +189,8 @@ class GranularityProbe:
                 undo = apply_synthetic_variant(model, variant, census)
                 try:
                     self._measure(ctx, group, variant, baseline, description, census, steps, lambda: _CensusStep(
-                        census, model, ctx.backend, 1, size.tokens, cfg.optimizer, cfg.seed, forward=synthetic_loss),
-                        throughput=(size.tokens, flops_per_step))
+                        census, model, ctx.backend, 1, size.tokens, cfg.optimizer, cfg.seed, forward=synthetic_loss,
+                        delay=self._delay), throughput=(size.tokens, flops_per_step))
                 finally:
                     undo()
         finally:
@@ -178,7 +212,13 @@ class GranularityProbe:
                                  baseline_variant=baseline, measurement=m)
         if census.counted is not None:
             row.regions_per_step, row.checkpointed_ops_per_step, row.recomputed_ops_per_step = census.counted
+        if "optimizer" in census.launch_ops_by_phase:  # both census runs completed
+            row.launch_ops_by_phase = dict(census.launch_ops_by_phase)
+            row.passthrough_ops_per_step = census.passthrough_ops
         if m.fits:
+            warm = ctx.facts.granularity.warmup_steps
+            host = [h for h in census.host_ms[warm:warm + steps] if h is not None]
+            row.host_ms = statistics.median(host) if host else None
             row.step_ms = m.step_ms_median
             row.peak_allocated_bytes = m.peak_allocated_bytes
             row.peak_phase = m.peak_phase
@@ -194,23 +234,52 @@ class GranularityProbe:
 
 
 class _CensusStep(TrainingStep):
-    """A TrainingStep whose first run is the census (regions and their ops counted)."""
+    """A TrainingStep whose first run is the census (regions and their ops counted, and the ops a
+    launch delay is charged to in the forward and backward); the second run counts those of the
+    optimizer step. `delay` is the emulation's LaunchDelay when one is active (it counts anyway);
+    otherwise a LaunchDelay without delay counts, in those two untimed or nearly free places only."""
 
-    def __init__(self, census: RegionCensus, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, census: RegionCensus, *args: Any, delay: LaunchDelay | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.census = census
+        self.delay = delay
         self.runs = 0
 
     def run(self):
         first = self.runs == 0
-        self.census.reset(census=first)
+        c = self.census
+        c.reset(census=first)
+        if first:
+            c.launch_ops_by_phase, c.passthrough_ops = {}, 0
+        counter = self.delay or LaunchDelay(self.backend.kind)
+        optimizer_step = self._optimizer_step
         try:
-            rec = super().run()
+            if first:
+                counter.reset_counts()
+                counter.phase_of = lambda: self.phase
+                with contextlib.nullcontext() if self.delay is not None else counter:
+                    rec = super().run()
+                by_phase = counter.by_phase
+                c.launch_ops_by_phase = {p: by_phase.get(p, 0) for p in ("forward", "backward")}
+                c.passthrough_ops = sum(counter.passed_by_phase.get(p, 0) for p in ("forward", "backward"))
+            elif self.runs == 1:
+                def counted_optimizer_step() -> None:
+                    d0, p0 = counter.delayed, counter.passed
+                    with contextlib.nullcontext() if self.delay is not None else counter:
+                        optimizer_step()
+                    c.launch_ops_by_phase["optimizer"] = counter.delayed - d0
+                    c.passthrough_ops += counter.passed - p0
+                self._optimizer_step = counted_optimizer_step
+                rec = super().run()
+            else:
+                rec = super().run()
         finally:
+            self._optimizer_step = optimizer_step
+            counter.phase_of = None
             self.runs += 1
         if first:
-            c = self.census
             c.counted = (c.regions, c.forward_ops, c.recomputed_ops)
+        c.host_ms.append(rec.host_ms)
         self.census.reset(census=False)
         return rec
 

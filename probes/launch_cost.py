@@ -2,6 +2,10 @@
 checkpoint region cost on this device. The launch-overhead rule (GC010) uses these numbers
 instead of a constant, because launch cost differs several-fold between devices and drivers.
 Standalone: `python bench/launch_cost.py OUT_DIR --device cuda`.
+
+Also the emulated launch cost (`diagnose --emulate-launch-us N`): LaunchDelay, a dispatch mode
+that adds N microseconds of host time to every op that launches device work, calibrated here so
+that the same microbenchmark reads the device's launch cost + N back.
 """
 from __future__ import annotations
 
@@ -13,7 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from gcdoctor.facts.granularity import LaunchCost, RegionTiming
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from gcdoctor.facts.granularity import LaunchCost, LaunchEmulation, RegionTiming
 from gcdoctor.probes._regions import RegionCensus
 
 # Launches per timed loop: enough that the two synchronisations at its ends (tens of us) are
@@ -207,3 +213,116 @@ def _fit(points: list[tuple[int, float]]) -> tuple[float, float]:
     sxx = sum((x - mx) ** 2 for x, _ in points)
     slope = max(sum((x - mx) * (y - my) for x, y in points) / sxx, 0.0) if sxx else 0.0
     return max(my - slope * mx, 0.0), slope
+
+
+# -- an emulated launch cost -----------------------------------------------------------------
+
+# aten ops (overload packet names) that allocate or alias without launching device work
+NO_LAUNCH_OPS = frozenset({
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "lift_fresh", "detach", "alias",
+    "set_", "resize_", "resize_as_", "record_stream", "sym_size", "sym_stride", "sym_numel",
+    "sym_storage_offset", "is_same_size", "_has_compatible_shallow_copy_type",
+})
+CALIBRATION_REPEATS = 3
+
+
+def _never_launches(func: Any) -> bool:
+    if getattr(func, "is_view", False):
+        return True
+    packet = getattr(func, "_overloadpacket", None)
+    return getattr(packet, "__name__", str(func)) in NO_LAUNCH_OPS
+
+
+def _on_device(args: tuple, kwargs: dict | None, kind: str) -> bool:
+    """Does the op work on a tensor of the device kind (its first tensor argument, or its device=)?"""
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            return a.device.type == kind
+        if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor):
+            return a[0].device.type == kind
+    dev = kwargs.get("device") if kwargs else None
+    return dev is not None and torch.device(dev).type == kind
+
+
+class LaunchDelay(TorchDispatchMode):
+    """Adds `spin_us` of busy host time before every dispatched op that launches device work.
+
+    Why per dispatched op, not per kernel: a TorchDispatchMode is the one hook into every op that
+    works the same on CUDA, MUSA (PrivateUse1) and the CPU, and it also runs in the backward (the
+    autograd engine carries the mode to its device threads) and inside checkpoint recomputation.
+    An op is what the host dispatches, and almost every op that passes the filter launches one
+    kernel; the exceptions are counted, not guessed: the census counts the delayed ops of every
+    variant by phase, and the trace counts the launches (a multi-tensor optimizer op launches tens
+    of kernels for one delay, a view launches none and is let through). The mode's own cost per op
+    is part of the emulated cost: `spin_us` is the target minus that cost (calibrate_emulation).
+
+    Counts `delayed` and `passed` ops; with `phase_of` set, also both by phase.
+    """
+
+    def __init__(self, kind: str, spin_us: float = 0.0) -> None:
+        super().__init__()
+        self.kind = kind
+        self.spin_ns = max(int(round(spin_us * 1e3)), 0)
+        self.delayed = 0
+        self.passed = 0
+        self.phase_of: Any = None  # a callable returning the phase name, during a census
+        self.by_phase: dict[str, int] = {}
+        self.passed_by_phase: dict[str, int] = {}
+        self._skip: dict[Any, bool] = {}
+
+    def reset_counts(self) -> None:
+        self.delayed, self.passed, self.by_phase, self.passed_by_phase = 0, 0, {}, {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        skip = self._skip.get(func)
+        if skip is None:
+            skip = self._skip[func] = _never_launches(func)
+        if skip or not _on_device(args, kwargs, self.kind):
+            self.passed += 1
+            if self.phase_of is not None:
+                phase = self.phase_of()
+                self.passed_by_phase[phase] = self.passed_by_phase.get(phase, 0) + 1
+        else:
+            self.delayed += 1
+            if self.phase_of is not None:
+                phase = self.phase_of()
+                self.by_phase[phase] = self.by_phase.get(phase, 0) + 1
+            if self.spin_ns:
+                end = time.perf_counter_ns() + self.spin_ns
+                while time.perf_counter_ns() < end:
+                    pass
+        return func(*args, **(kwargs or {}))
+
+
+def _per_call_us(backend: Any, f: Any, n: int, repeats: int) -> float:
+    backend.synchronize()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            f()
+        backend.synchronize()
+        times.append(1e6 * (time.perf_counter() - t0) / n)
+    return statistics.median(times)
+
+
+def calibrate_emulation(backend: Any, target_us: float, native: LaunchCost,
+                        launches: int | None = None) -> tuple[LaunchEmulation, LaunchDelay]:
+    """The mode's own cost per delayed op and per op let through (timed with no spin against the
+    native loops), and the spin that makes one delayed launch cost native + target."""
+    n = launches or (CPU_LAUNCHES if backend.kind == "cpu" else GPU_LAUNCHES)
+    x = torch.zeros(1, device=backend.device)
+    emu = LaunchEmulation(target_us=target_us, native=native)
+    probe = LaunchDelay(backend.kind)
+    with probe:
+        _launch_loop(backend, x, 50)
+        mode_launch = statistics.median(1e6 * _launch_loop(backend, x, n)[0] / n for _ in range(CALIBRATION_REPEATS))
+        mode_view = _per_call_us(backend, lambda: x.view(-1), n, CALIBRATION_REPEATS)
+    plain_view = _per_call_us(backend, lambda: x.view(-1), n, CALIBRATION_REPEATS)
+    emu.mode_cost_us = max(mode_launch - (native.launch_us or 0.0), 0.0)
+    emu.passthrough_cost_us = max(mode_view - plain_view, 0.0)
+    emu.spin_us = max(target_us - emu.mode_cost_us, 0.0)
+    if target_us < emu.mode_cost_us:
+        emu.notes.append(f"{target_us:g} us is less than the emulation's own cost per op "
+                         f"({emu.mode_cost_us:.2f} us): each delayed op costs that much instead")
+    return emu, LaunchDelay(backend.kind, emu.spin_us)

@@ -32,8 +32,8 @@ from torch.profiler import record_function
 
 from gcdoctor.capture import LABEL_PREFIX, TrainingStep, _causal_lm_loss, enable_layer_checkpointing, free_memory
 from gcdoctor.facts import Facts, Measurement
-from gcdoctor.facts.offload import (CheckpointOffloadCheck, OffloadFacts, OffloadVariant, device_busy_share,
-                                    read_copies, stall_shares, summary_value)
+from gcdoctor.facts.offload import (CheckpointOffloadCheck, OffloadFacts, OffloadVariant, derive_link_whatif,
+                                    device_busy_share, read_copies, stall_shares, summary_value)
 from gcdoctor.probes import _deepspeed
 from gcdoctor.session import RunInterrupted
 
@@ -143,6 +143,11 @@ class OffloadProbe:
         ck = facts.get(CKPT_CPU)
         if ck is not None and ck.ckpt_check is not None:
             finish_check(ck, ref)
+        derive_link_whatif(facts, ctx.facts.environment.pcie_peak_gbs)
+        if facts.link_efficiency is None:
+            ctx.facts.unavailable["offload.link_whatif"] = (
+                "CPU run: no host link" if kind == "cpu" else
+                "no pinned copy was measured against a known link peak (gcdoctor.hardware): no slower-link what-if")
         self._ds.close()
         ctx.save()
 

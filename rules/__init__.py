@@ -6,9 +6,11 @@ from gcdoctor.rules.device_starving_cpu import DeviceStarvingCpuRule
 from gcdoctor.rules.gc_unneeded import GcUnneededRule
 from gcdoctor.rules.host_bound_step import HostBoundStepRule
 from gcdoctor.rules.insufficient_memory_saving import InsufficientMemorySavingRule
+from gcdoctor.rules.launch_cost_headroom import LaunchCostHeadroomRule
 from gcdoctor.rules.launch_overhead_bound import LaunchOverheadBoundRule
 from gcdoctor.rules.loss_jitter import LossJitterRule
 from gcdoctor.rules.model_states_dominate import ModelStatesDominateRule
+from gcdoctor.rules.offload_link_whatif import OffloadLinkWhatIfRule
 from gcdoctor.rules.offload_stall import OffloadStallRule
 from gcdoctor.rules.oom_boundary_gain import OomBoundaryGainRule
 from gcdoctor.rules.pcie_saturated_idle import PcieSaturatedIdleRule
@@ -26,7 +28,9 @@ ALL_RULES: list[Rule] = [
     PrescriptionRule(),
     RecomputeShareRule(),
     LaunchOverheadBoundRule(),
+    LaunchCostHeadroomRule(),
     OffloadStallRule(),
+    OffloadLinkWhatIfRule(),
     HostBoundStepRule(),
     PcieSaturatedIdleRule(),
     DeviceStarvingCpuRule(),

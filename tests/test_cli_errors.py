@@ -39,9 +39,12 @@ def assert_one_line_error(rc: int, err: str, needle: str) -> None:
     (["diagnose", "--device", "cpu", "--threshold", "GC001.nope=3"], "has no threshold 'nope'"),
     (["diagnose", "--device", "cpu", "--threshold", "GC999.x=3"], "unknown rule 'GC999'"),
     (["diagnose", "--device", "cpu", "--dtype", "fp8"], "invalid choice: 'fp8'"),
+    (["diagnose", "--device", "cpu", "--emulate-launch-us", "-5"], "--emulate-launch-us -5: use 0 to 100000"),
+    (["diagnose", "--device", "cpu", "--emulate-launch-us", "nan"], "--emulate-launch-us nan"),
     (["explain", "GC999"], "unknown rule 'GC999'"),
     (["analyze", "/nonexistent/run"], "no such file or directory"),
     (["plan", "--model", "llama3-8b", "--device-memory", "-3GB"], "--device-memory"),
+    (["plan", "--model", "llama3-8b", "--device-memory", "48GB", "--launch-us", "30"], "need --device CARD"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, argv, needle):
     argv = [a for a in argv]

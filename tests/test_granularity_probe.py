@@ -13,11 +13,9 @@ MODEL_VARIANTS = ["none", "layer", "every-2", "every-4", "selective-mlp", "selec
 SYNTHETIC_VARIANTS = ["none", "block", "linear", "block-reentrant", "linear-reentrant"]
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("granularity")
+def _probe_run(out, **settings):
     cfg = RunConfig(device="cpu", model="tiny-llama", probes=["granularity"], seq_len=32, measure_steps=1,
-                    warmup_steps=1, out=str(out), telemetry_hz=5.0)
+                    warmup_steps=1, out=str(out), telemetry_hz=5.0, **settings)
     # one intra-op thread: on a shared 2-core machine two threads wait on each other at every
     # parallel op and a run takes several times longer; nothing here depends on threads
     threads = torch.get_num_threads()
@@ -28,6 +26,11 @@ def run(tmp_path_factory):
     finally:
         torch.set_num_threads(threads)
     return session, out
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return _probe_run(tmp_path_factory.mktemp("granularity"))
 
 
 def test_every_variant_is_measured(run):
@@ -131,3 +134,53 @@ def test_the_live_rows_of_the_synthetic_blocks_use_their_own_flop_count(run):
                 m = v.measurement
                 assert rows[f"{g.name}/{v.variant}"]["tokens_per_s"] == round(m.tokens_per_s)
                 assert m.seq_len == g.tokens_per_step
+
+
+@pytest.fixture(scope="module")
+def emulated(tmp_path_factory):
+    """The same probe with --emulate-launch-us 40."""
+    return _probe_run(tmp_path_factory.mktemp("granularity-emulated"), emulate_launch_us=40.0)
+
+
+def test_census_counts_the_ops_a_launch_delay_is_charged_to(run):
+    g = run[0].facts.granularity
+    for group in g.groups:
+        for v in group.variants:
+            assert set(v.launch_ops_by_phase) == {"forward", "backward", "optimizer"}
+            assert all(n > 0 for n in v.launch_ops_by_phase.values()) and v.passthrough_ops_per_step > 0
+            assert v.host_ms is not None and 0 < v.host_ms <= v.step_ms
+    model = g.group("model")
+    ops = {v.variant: v.launch_ops_by_phase for v in model.variants}
+    # the same forward and optimizer everywhere; recomputation adds backward ops; per-Linear and no
+    # checkpointing run the same ops (non-reentrant checkpoint recomputes nothing for a Linear)
+    assert len({o["forward"] for o in ops.values()}) == 1 and len({o["optimizer"] for o in ops.values()}) == 1
+    assert ops["layer"]["backward"] > ops["every-2"]["backward"] > ops["none"]["backward"]
+    assert ops["fine"]["backward"] == ops["none"]["backward"]
+
+
+def test_cpu_whatif_is_the_host_itself(run):
+    g = run[0].facts.granularity
+    assert g.whatif_launch_us == [20.0, 50.0, 100.0]
+    for v in g.group("model").variants:
+        assert v.whatif.method == "host" and v.break_even_launch_us == g.launch.launch_us
+        extra_ms = sum(v.launch_ops_by_phase.values()) * (100.0 - g.launch.launch_us) / 1e3
+        assert v.predicted_step_ms[2] == pytest.approx(v.step_ms + max(extra_ms, 0.0))
+
+
+def test_emulated_run_reads_the_emulated_cost_back_and_runs_every_variant(run, emulated):
+    native, emu_session = run[0].facts.granularity, emulated[0].facts.granularity
+    e = emu_session.emulation
+    assert e.target_us == 40.0 and e.native is not None and e.native.launch_us > 0
+    assert e.spin_us == pytest.approx(max(40.0 - e.mode_cost_us, 0.0))
+    assert e.readback_extra_us == pytest.approx(emu_session.launch.launch_us - e.native.launch_us)
+    assert e.readback_extra_us > 0
+    assert [v.variant for v in emu_session.group("model").variants] == MODEL_VARIANTS
+    # the emulation changes the time an op takes, never which ops run
+    for group in emu_session.groups:
+        for v in group.variants:
+            n = native.group(group.name).get(v.variant)
+            assert v.fits and v.launch_ops_by_phase == n.launch_ops_by_phase, (group.name, v.variant)
+            assert v.regions_per_step == n.regions_per_step and v.recomputed_ops_per_step == n.recomputed_ops_per_step
+    back = Facts.load(emulated[1] / "facts.json")
+    assert back.granularity.emulation.readback_extra_us == e.readback_extra_us
+    assert any(v.code == "GC010" for v in emulated[0].verdicts)

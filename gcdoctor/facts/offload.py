@@ -137,6 +137,48 @@ class CheckpointOffloadCheck:
 
 
 @dataclass
+class LinkWhatIf:
+    """One variant's copies on another host link (docs/offload.md, "What-if: a slower link").
+
+    Each direction's copy bandwidth becomes min(the bandwidth measured, the run's link efficiency x
+    the link's peak): pinned copies, which ran at the link's pace, slow down with the link; pageable
+    copies, which ran at the host's staging pace, only where the link is slower still. The copy time
+    that ran beside kernels is compute the copies can hide behind; two bounds on the exposed time:
+    the overlapped time stays (every extra millisecond of copy is exposed: `exposed_copy_ms`, the
+    prediction) or the overlapped share stays (`exposed_copy_ms_if_overlap_scales`, a lower bound).
+    """
+
+    link: str = ""  # e.g. "PCIe Gen4 x16", or "pageable copies as measured" for the check
+    peak_gbs: float | None = None  # per direction
+    h2d_gbs: float | None = None  # host-to-device copy bandwidth assumed
+    d2h_gbs: float | None = None  # device-to-host copy bandwidth assumed
+    copy_ms: float | None = None  # per step
+    exposed_copy_ms: float | None = None  # copy time beyond what overlapped kernels here (the prediction)
+    exposed_copy_ms_if_overlap_scales: float | None = None  # the overlapped share kept instead (a lower bound)
+    step_ms: float | None = None  # measured step + the change in exposed copy time
+    stall_share: float | None = None  # (host-wait idle + exposed copies) / predicted step, at most 1
+    slowdown_pct: float | None = None  # vs the reference ("gc") as measured
+
+
+@dataclass
+class LinkCheck:
+    """The link what-if checked on two measured points: a variant's copies predicted at the copy
+    bandwidth its pageable twin measured, against the pageable twin's measured step."""
+
+    source: str = ""  # the pinned variant the prediction starts from
+    target: str = ""  # its pageable twin
+    prediction: LinkWhatIf | None = None
+    measured_step_ms: float | None = None  # the pageable twin's
+
+    @property
+    def error_pct(self) -> float | None:
+        p = self.prediction.step_ms if self.prediction is not None else None
+        if p is None or not self.measured_step_ms:
+            return None
+        return 100.0 * (p / self.measured_step_ms - 1.0)
+
+
+@dataclass
 class OffloadVariant:
     """One variant at the probe's batch size; derived numbers are per step."""
 
@@ -201,6 +243,7 @@ class OffloadVariant:
     proc_cpu_pct_mean: float | None = None  # this process, 100 = one core
     proc_cpu_pct_max: float | None = None
     ckpt_check: CheckpointOffloadCheck | None = None  # deepspeed-ckpt-cpu only
+    link_whatif: list[LinkWhatIf] = field(default_factory=list)  # at OffloadFacts.whatif_links
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -225,7 +268,79 @@ class OffloadFacts:
     cpu_adam_cached: bool | None = None  # JIT build already in the torch extensions cache
     cpu_adam_load_s: float | None = None  # compile (first time) or load
     variants: list[OffloadVariant] = field(default_factory=list)
+    # the link what-if: the links each variant is predicted on, the measured link's efficiency
+    # (fastest pinned copy bandwidth / link peak) and the pinned -> pageable check
+    whatif_links: list[str] = field(default_factory=list)
+    link_efficiency: float | None = None
+    link_check: LinkCheck | None = None
     notes: list[str] = field(default_factory=list)
 
     def get(self, variant: str) -> OffloadVariant | None:
         return next((v for v in self.variants if v.variant == variant), None)
+
+
+# -- the link what-if ------------------------------------------------------------------------
+
+# PCIe links a user may have instead (peak per direction after line encoding: gcdoctor.hardware)
+WHATIF_LINKS = (("PCIe Gen4 x16", 4, 16), ("PCIe Gen3 x16", 3, 16))
+# the pinned variant whose pageable twin checks the what-if on two measured points
+LINK_CHECK_PAIR = ("gc+save_on_cpu-pinned", "gc+save_on_cpu-pageable")
+
+
+def link_efficiency(of: OffloadFacts, peak_gbs: float | None) -> float | None:
+    """The fastest pinned copy bandwidth of the run over the link's peak: what copies reach of it."""
+    if not peak_gbs:
+        return None
+    rates = [r for v in of.variants if v.ran and v.pinned_bytes and not v.pageable_bytes
+             for r in (v.h2d_copy_gbs, v.d2h_copy_gbs) if r]
+    return min(max(rates) / peak_gbs, 1.0) if rates else None
+
+
+def predict_on_link(v: OffloadVariant, h2d_gbs: float | None, d2h_gbs: float | None, link: str,
+                    peak_gbs: float | None, reference_step_ms: float | None) -> LinkWhatIf | None:
+    """`v`'s step with its copies at these bandwidths (GB/s); None without copy measurements."""
+    if not v.ran or v.copy_ms is None or v.exposed_copy_ms is None or v.h2d_bytes is None or v.d2h_bytes is None:
+        return None
+    copy = 0.0
+    for nbytes, rate in ((v.h2d_bytes, h2d_gbs), (v.d2h_bytes, d2h_gbs)):
+        if nbytes:
+            if not rate:
+                return None
+            copy += nbytes / rate / 1e6  # bytes / (GB/s) -> ms
+    overlapped = max(v.copy_ms - v.exposed_copy_ms, 0.0)
+    share = overlapped / v.copy_ms if v.copy_ms > 0 else 0.0
+    exposed = max(copy - overlapped, 0.0)
+    step = v.step_ms + (exposed - v.exposed_copy_ms)
+    host_wait = (v.host_wait_share or 0.0) * (v.device_window_ms or 0.0)
+    return LinkWhatIf(
+        link=link, peak_gbs=peak_gbs, h2d_gbs=h2d_gbs, d2h_gbs=d2h_gbs, copy_ms=copy, exposed_copy_ms=exposed,
+        exposed_copy_ms_if_overlap_scales=copy * (1.0 - share), step_ms=step,
+        stall_share=min((host_wait + exposed) / step, 1.0) if step > 0 else None,
+        slowdown_pct=100.0 * (step / reference_step_ms - 1.0) if reference_step_ms else None)
+
+
+def derive_link_whatif(of: OffloadFacts, peak_gbs: float | None) -> None:
+    """Every offloading variant on the WHATIF_LINKS, and the pinned -> pageable check."""
+    from gcdoctor.hardware import pcie_peak_gbs  # a table of constants, no torch
+
+    of.link_efficiency = eff = link_efficiency(of, peak_gbs)
+    of.whatif_links = [name for name, _, _ in WHATIF_LINKS]
+    ref = of.get(of.reference)
+    ref_ms = ref.step_ms if ref is not None and ref.ran else None
+    for v in of.variants:
+        v.link_whatif = []
+        if not v.ran or not v.offloads or eff is None:
+            continue
+        for name, gen, lanes in WHATIF_LINKS:
+            link = pcie_peak_gbs(gen, lanes)
+            rates = [min(r, eff * link) if r else None for r in (v.h2d_copy_gbs, v.d2h_copy_gbs)]
+            p = predict_on_link(v, rates[0], rates[1], name, link, ref_ms)
+            if p is not None:
+                v.link_whatif.append(p)
+    src, dst = (of.get(n) for n in LINK_CHECK_PAIR)
+    of.link_check = None
+    if src is not None and dst is not None and src.ran and dst.ran:
+        p = predict_on_link(src, dst.h2d_copy_gbs, dst.d2h_copy_gbs, "pageable copies as measured", None, ref_ms)
+        if p is not None:
+            of.link_check = LinkCheck(source=src.variant, target=dst.variant, prediction=p,
+                                      measured_step_ms=dst.step_ms)

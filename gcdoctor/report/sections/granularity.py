@@ -44,8 +44,48 @@ def _region_rows(facts: Facts) -> list[list]:
             for p in lc.region_points]
 
 
+def _whatif_columns(facts: Facts) -> list[Column]:
+    pts = facts.granularity.whatif_launch_us
+    return ([Column("workload", key=True), Column("variant", key=True), Column("what-if from", "text"),
+             Column("launches/step", "int"), Column("host issue", "ms"), Column("device busy", "ms"),
+             Column("step", "ms"), Column("break-even launch", "us", compare=True)]
+            + [Column(f"step at {x:g} µs", "ms", compare=True) for x in pts]
+            + [Column(f"vs none at {x:g} µs", "pct+", compare=True) for x in pts])
+
+
+def _whatif_rows(facts: Facts) -> list[list]:
+    rows = []
+    for g in facts.granularity.groups:
+        for v in g.variants:
+            w = v.whatif
+            if w is None:
+                continue
+            rows.append([g.name, v.variant, w.method, w.launches_per_step, w.host_issue_ms, w.device_busy_ms,
+                         v.step_ms, v.break_even_launch_us] + list(v.predicted_step_ms)
+                        + list(v.predicted_overhead_pct))
+    return rows
+
+
+def _whatif_caption(facts: Facts) -> str:
+    g = facts.granularity
+    lc = g.launch.launch_us if g.launch is not None else None
+    prof = ("" if g.profiler_us_per_event is None else
+            f" The profiler's own {g.profiler_us_per_event:.2f} µs per recorded event and launches blocked on a "
+            "full launch queue are removed from the host time first.")
+    return ("Predicted, not measured: each variant's step on a device whose launches cost more host time than the "
+            + ("" if lc is None else f"{lc:.2f} µs ") + "measured here, from the max-plus model of its profiled "
+            "steps (docs/granularity.md, What-if). Break-even: the launch cost from which the host, not the device, "
+            "sets the step; 'vs none' is the checkpointing overhead on such a device." + prof)
+
+
 def _tables(facts: Facts) -> list[Table]:
+    whatif = []
+    if any(v.whatif is not None for grp in facts.granularity.groups for v in grp.variants):
+        whatif = [Table("granularity-whatif", _whatif_columns(facts), _whatif_rows,
+                        title="What-if: step time on a device with costlier launches",
+                        caption=_whatif_caption(facts))]
     return [Table("granularity", COLUMNS, _rows, caption=BEST_RULE),
+            *whatif,
             Table("regions", [Column("region", key=True), Column("forward ops", "int"),
                               Column("recomputed ops", "int"), Column("plain fwd+bwd", "us"),
                               Column("in checkpoint()", "us", compare=True), Column("extra beyond launches", "us")],
@@ -71,6 +111,12 @@ def _keys(facts: Facts) -> list[Key]:
         if lc.region_fixed_us is not None and lc.region_per_op_us is not None:
             out.append(Key("region-us", "host cost per checkpoint region",
                            f"{lc.region_fixed_us:,.0f} µs + {lc.region_per_op_us:,.1f} µs per op inside"))
+    e = g.emulation
+    if e is not None:
+        back = "" if e.readback_extra_us is None else f", read back +{e.readback_extra_us:,.1f} µs"
+        out.append(Key("emulated-launch", "emulated launch cost (--emulate-launch-us)",
+                       f"+{e.target_us:g} µs of host time per launching op{back} (dispatch mode "
+                       f"{e.mode_cost_us or 0:.1f} µs + wait {e.spin_us or 0:.1f} µs)"))
     return out
 
 

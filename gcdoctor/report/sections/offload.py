@@ -67,13 +67,42 @@ def _check_rows(facts: Facts) -> list[list]:
     return rows
 
 
+SLOW_LINK_COLUMNS = [Column("variant", key=True), Column("link", key=True), Column("HtoD copy", "GB/s"),
+                     Column("DtoH copy", "GB/s"), Column("copies", "ms"), Column("exposed copies", "ms", compare=True),
+                     Column("exposed if the overlap scaled", "ms"), Column("step", "ms", compare=True),
+                     Column("vs reference", "pct+", compare=True), Column("stall", "share")]
+
+
+def _slow_link_rows(facts: Facts) -> list[list]:
+    return [[v.variant, w.link, w.h2d_gbs, w.d2h_gbs, w.copy_ms, w.exposed_copy_ms,
+             w.exposed_copy_ms_if_overlap_scales, w.step_ms, w.slowdown_pct, w.stall_share]
+            for v in facts.offload.variants for w in v.link_whatif]
+
+
+def _slow_link_caption(facts: Facts) -> str:
+    o = facts.offload
+    eff = "" if o.link_efficiency is None else f" ({100 * o.link_efficiency:.0f}% of this link's peak reached here)"
+    text = ("Predicted, not measured: the same copies per step on a slower host link, at the bandwidth such a link "
+            f"allows{eff}; copy time beyond the compute it overlapped here is exposed (docs/offload.md, What-if).")
+    c = o.link_check
+    if c is not None and c.prediction is not None and c.error_pct is not None:
+        text += (f" Checked: {c.source}'s copies at {c.target}'s measured bandwidth predict "
+                 f"{c.prediction.step_ms:,.0f} ms; {c.target} measured {c.measured_step_ms:,.0f} ms "
+                 f"({c.error_pct:+.1f}%).")
+    return text
+
+
 def _tables(facts: Facts) -> list[Table]:
+    slow = ([Table("offload-slower-link", SLOW_LINK_COLUMNS, _slow_link_rows, title="What-if: a slower host link",
+                   caption=_slow_link_caption(facts))]
+            if any(v.link_whatif for v in facts.offload.variants) else [])
     return [
         Table("offload", COLUMNS, _rows, caption=f"Against {facts.offload.reference!r}: layer checkpointing with "
                                                   "everything on the device."),
         Table("offload-copies", COPY_COLUMNS, _copy_rows, title="Copies and stalls (trace, per step)",
               caption="Stall = host-device copies with no kernel beside them + device idle waiting for the host, "
                       "as a share of the device's time."),
+        *slow,
         Table("offload-link", LINK_COLUMNS, _link_rows, title="PCIe and host load (telemetry over the measured steps)"),
         Table("offload-checkpoints", [Column("variant", key=True), Column("expected to the host/step", "bytes"),
                                       Column("device to host in the trace/step", "bytes"),
