@@ -41,6 +41,46 @@ class StreamMetrics:
     idle_other_us: float = 0.0
 
 
+# HostIdle causes, in the order a report lists them
+IDLE_CAUSES = ("sync", "setup", "dispatch", "data", "python", "unrecorded", "queued")
+
+
+@dataclass
+class HostIdle:
+    """Device idle time of a window split by what the host was doing during each gap
+    (docs/trace-metrics.md, "Host-side causes of device idle"). The window is host time (the step
+    ranges), not the first-to-last device op. Every idle nanosecond is in exactly one cause."""
+
+    window_us: float = 0.0  # host time of the window
+    busy_us: float = 0.0  # device busy inside it (any op, any stream of the device)
+    idle_us: float = 0.0  # window_us - busy_us = the sum of the causes below
+    sync_us: float = 0.0  # drained by a synchronising call (.item(), .cpu(), synchronize, event waits)
+    setup_us: float = 0.0  # host inside allocator / module-loading / initialisation calls
+    dispatch_us: float = 0.0  # host inside ops or launch calls: dispatching work (launch-bound)
+    data_us: float = 0.0  # host inside a DataLoader range (`enumerate(DataLoader)#...`)
+    python_us: float = 0.0  # host outside any recorded op (Python, data loading without its range)
+    unrecorded_us: float = 0.0  # the launching thread has no host events in the trace: unknown
+    queued_us: float = 0.0  # next op already issued when the device went idle: a device-side wait
+    gap_count: int = 0  # idle gaps inside the window
+    host_gap_count: int = 0  # of which the host had not yet issued the next op
+    host_gap_median_us: float | None = None  # median length of those
+    short_host_gap_count: int = 0  # of which shorter than the short-gap threshold
+    sync_count: int = 0  # gaps that a synchronising call drained
+    sync_calls: dict[str, float] = field(default_factory=dict)  # runtime call -> us of sync idle
+    sync_ops: dict[str, float] = field(default_factory=dict)  # outermost cpu op around the call -> us
+    setup_calls: dict[str, float] = field(default_factory=dict)  # allocator/setup call -> us of its idle
+    steps: int = 0  # profiler steps the window aggregates (0: not step-based)
+
+    def share(self, cause: str) -> float | None:
+        """A cause's idle time over the window."""
+        return getattr(self, f"{cause}_us") / self.window_us if self.window_us else None
+
+    @property
+    def host_us(self) -> float:
+        """Idle the host caused (every cause but queued and unrecorded)."""
+        return self.sync_us + self.setup_us + self.dispatch_us + self.data_us + self.python_us
+
+
 @dataclass
 class TraceMetrics:
     """Host- and device-side metrics of one trace window (the whole trace, a profiler step, or
@@ -89,4 +129,11 @@ class TraceMetrics:
     recompute_busy_us: float | None = None  # busy time inside recompute ranges and this window
     recompute_share: float | None = None  # recompute_busy_us / busy_us
     streams: list[StreamMetrics] = field(default_factory=list)
+    host_idle: HostIdle | None = None  # device idle over the window's host time, by host cause
+    # step windows: "steady" or "warm-up"; the trace window ("all"): which steps are which
+    step_phase: str | None = None
+    steady_steps: list[int] = field(default_factory=list)
+    warmup_steps: list[int] = field(default_factory=list)
+    setup_only: bool | None = None  # the trace holds one-time setup and no steady-state step
+    setup_reason: str = ""
     notes: list[str] = field(default_factory=list)

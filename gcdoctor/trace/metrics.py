@@ -12,10 +12,26 @@ from gcdoctor.trace import intervals as iv
 from gcdoctor.trace.tables import (
     COPY_DIRECTIONS, HOST_MEM_PAGEABLE, HOST_MEM_PINNED, KERNEL, MEMCPY, MEMSET, TraceTables,
 )
-from gcdoctor.trace.windows import Window, find_windows
+from gcdoctor.trace.hostidle import HostIdleAnalyzer, classify_steps
+from gcdoctor.trace.windows import STEADY, WARMUP, Window, WindowFinder, find_windows
 
 SHORT_GAP_US = 30.0  # HTA's consecutive_kernel_delay default (REFERENCES.md section 5)
 CPU_ONLY = "the trace has no device events (a CPU-only profile)"
+RANGE_PROFILER_ONLY = ("the trace holds CUPTI range-profiler ranges (cuda_profiler_range) but no per-kernel "
+                       "timing: it was recorded with the range profiler, which measures counters over ranges, not "
+                       "kernels; record with ProfilerActivity.CUDA for kernel timing")
+# a trace without step markers is called setup only when this share of its host time is in setup calls
+SETUP_ONLY_SHARE = 0.3
+
+
+def device_unavailable_reason(t: TraceTables) -> str:
+    """Why a trace without device ops has no device metrics, in its own terms."""
+    if t.profiler_ranges:
+        return RANGE_PROFILER_ONLY
+    if len(t.runtime):
+        return ("the trace has runtime calls but no device events (kernel, memcpy, memset): the device "
+                "activities were not recorded")
+    return CPU_ONLY
 
 
 def _us(ns: float | int | None) -> float | None:
@@ -188,11 +204,25 @@ def compute_metrics(tables: TraceTables, windows: Iterable[str] | None = None, *
     t = tables
     dev = primary_device(t)
     found = find_windows(t, dev)
+    short_ns = int(round(short_gap_us * 1000))
+    analyzer = HostIdleAnalyzer(t, dev, short_ns) if dev is not None else None
+    steps = t.profiler_steps()
+    steady: list[int] = []
+    warm: list[int] = []
+    why = ""
+    if steps and analyzer is not None:
+        steady, warm, why = classify_steps(analyzer, steps)
+    elif steps:
+        steady = list(steps)
+    finder = WindowFinder(t, dev)
+    if steps and steady:
+        found.insert(1, finder.step_group(STEADY, "steady_steps", [steps[n] for n in steady]))
+    if warm:
+        found.insert(1, finder.step_group(WARMUP, "warmup_steps", [steps[n] for n in warm]))
     recompute = next((w for w in found if w.name == "recompute"), None)
     if windows is not None:
         want = set(windows)
         found = [w for w in found if w.name in want or ("steps" in want and w.name.startswith("step:"))]
-    short_ns = int(round(short_gap_us * 1000))
     view = _DeviceView(t, dev, short_ns) if dev is not None else None
     host = _HostView(t)
     src = source if source is not None else str(t.path)
@@ -200,16 +230,58 @@ def compute_metrics(tables: TraceTables, windows: Iterable[str] | None = None, *
     if dev is not None and len(np.unique(t.ops.device)) > 1:
         notes.append(f"the trace has {len(np.unique(t.ops.device))} devices; device metrics describe "
                      f"device {dev}, the one with the most op time")
+    dropped = t.dropped_note()
+    if dropped:
+        notes.append(dropped)
+    steady_iv = None
+    if steps and steady:
+        steady_iv = iv.merge(np.array([steps[n][0] for n in steady], dtype=np.int64),
+                             np.array([steps[n][1] for n in steady], dtype=np.int64))
     out: dict[str, TraceMetrics] = {}
     for w in found:
         m = TraceMetrics(source=src, window=w.name, device_kind=t.device_kind, window_source=w.source,
                          range_count=w.range_count, short_gap_threshold_us=short_gap_us, notes=list(notes))
         _host_metrics(m, host, w)
         if view is None:
-            m.device_unavailable = CPU_ONLY
+            m.device_unavailable = device_unavailable_reason(t)
         else:
             m.device = dev
             _device_metrics(m, view, w, recompute)
+            m.host_idle = _host_idle(analyzer, w, steady_iv, len(steady) if w.name == STEADY else
+                                     len(warm) if w.name == WARMUP else 0)
+        if w.source == "profiler_step":
+            m.step_phase = "warm-up" if int(w.name.split(":", 1)[1]) in warm else "steady"
+        if w.name == "all":
+            m.steady_steps, m.warmup_steps = steady, warm
+            _setup_only(m, steps, steady, why)
         out[w.name] = m
     return out
+
+
+def _host_idle(an: HostIdleAnalyzer, w: Window, steady_iv: tuple[np.ndarray, np.ndarray] | None, steps: int):
+    """The host-cause split of a window's idle over its host intervals; label windows count only
+    their time inside the steady-state steps (when the trace has steps)."""
+    h0, h1 = w.host0, w.host1
+    if w.source in ("labels", "gpu_annotation", "torch_optimizer", "recompute_inferred") and steady_iv is not None:
+        h0, h1 = iv.intersect(h0, h1, *steady_iv)
+    return an.analyze(h0, h1, steps)
+
+
+def _setup_only(m: TraceMetrics, steps: dict, steady: list[int], why: str) -> None:
+    if steps:
+        m.setup_only = not steady
+        if not steady:
+            m.setup_reason = f"every profiled step is warm-up or one-time setup ({why})"
+        elif why:
+            m.setup_reason = f"warm-up reported apart: {why}"
+        return
+    h = m.host_idle
+    if h is None or not h.window_us:
+        return
+    share = h.setup_us / h.window_us
+    m.setup_only = share >= SETUP_ONLY_SHARE
+    if m.setup_only:
+        m.setup_reason = (f"no profiler steps, and {100 * share:.0f}% of the traced time the device idles while "
+                          "the host is in allocator, module-loading or initialisation calls: a trace of one-time "
+                          "setup")
 
