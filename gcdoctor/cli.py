@@ -189,10 +189,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     _, th = _thresholds(args)
     path = Path(args.path)
-    if path.is_dir():
+    if path.is_dir() and not (path / "facts.json").is_file():  # a folder of per-rank traces
+        from gcdoctor.trace.ranks import facts_from_trace_dir
+        facts = facts_from_trace_dir(path)
+    elif path.is_dir():
         facts_path = path / "facts.json"
-        if not facts_path.is_file():
-            raise UserError(f"{path}: not a gcdoctor run directory (no facts.json)")
         try:
             facts = Facts.load(facts_path)
         except (ValueError, TypeError, KeyError) as exc:
@@ -206,7 +207,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_run_dir("analyze", path.stem.split(".")[0])
     out.mkdir(parents=True, exist_ok=True)
     facts.save(out / "facts.json")
-    report = write_reports(out, facts, verdicts, source_dir=path if path.is_dir() else None)
+    report = write_reports(out, facts, verdicts, source_dir=path if (path / "facts.json").is_file() else None)
     print(summary(facts, verdicts, str(report)))
     return _exit_code(verdicts, args.fail_on)
 

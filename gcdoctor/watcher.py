@@ -324,6 +324,7 @@ class Watcher:
     def _analyse_traces(self) -> None:
         try:
             from gcdoctor import trace
+            from gcdoctor.facts.trace import TraceKey
         except ImportError:
             return
         for path in self.trace_paths:
@@ -335,7 +336,7 @@ class Watcher:
                 continue
             for window, tm in metrics.items():
                 tm.source = str(path.relative_to(self.rundir.path))
-                self.facts.trace[key if window == "all" else f"{key}|{window}"] = tm
+                self.facts.trace[str(TraceKey(key, window))] = tm
 
 
 def _loss_value(loss: Any) -> float | None:
