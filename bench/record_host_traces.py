@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile, record_function
+from torch.profiler import ProfilerActivity, profile, schedule
 
 
 def _activities(device: str) -> list:
@@ -60,6 +60,8 @@ class _SlowDataset(torch.utils.data.Dataset):
 
 
 def record(cause: str, device: str, steps: int, out: Path, width: int = 1024, batch: int = 64) -> Path:
+    if device == "cuda" and cause != "tiny":  # kernels of ~1 ms, so that a healthy step keeps the device busy
+        width, batch = 4096, 8192
     path = out / f"{cause}.json.gz"
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     if cause == "setup":
@@ -73,7 +75,8 @@ def record(cause: str, device: str, steps: int, out: Path, width: int = 1024, ba
     model = _model(device, width)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     x = torch.randn(batch, width, device=device)
-    loader = iter(torch.utils.data.DataLoader(_SlowDataset(width, 0.5), batch_size=batch, num_workers=0))
+    loader = iter(torch.utils.data.DataLoader(_SlowDataset(width, 0.5 if device == 'cpu' else 0.02),
+                                               batch_size=batch, num_workers=0))
 
     def step() -> None:
         nonlocal x
@@ -94,7 +97,9 @@ def record(cause: str, device: str, steps: int, out: Path, width: int = 1024, ba
             time.sleep(0.002)  # what a logger does with it
             del value
 
-    with profile(activities=_activities(device)) as prof:
+    # every step active (the first included, so warm-up detection has something to find); a schedule
+    # makes torch write the ProfilerStep#N ranges
+    with profile(activities=_activities(device), schedule=schedule(wait=0, warmup=0, active=steps + 1)) as prof:
         for _ in range(steps):
             step()
             prof.step()
@@ -108,7 +113,7 @@ def main() -> None:
     ap.add_argument("--out", default="samples/traces/host")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--causes", default="healthy,dataloader,item,tiny,setup")
+    ap.add_argument("--causes", default="setup,healthy,dataloader,item,tiny")  # setup first: a fresh allocator
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -185,6 +185,8 @@ class OffloadStallRule(Rule):
     # -- a bare trace --------------------------------------------------------------------------
     def _bare_trace(self, facts: Facts, t: dict[str, float]) -> list[Verdict]:
         tm = facts.trace["all"]
+        if tm.setup_only:
+            return [self.inconclusive(f"the trace holds only one-time setup ({tm.setup_reason})")]
         st = stall_shares(tm)
         if st is None:
             return [self.inconclusive(f"the trace has no device metrics ({tm.device_unavailable or 'no device ops'})")]

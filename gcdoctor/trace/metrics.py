@@ -248,7 +248,7 @@ def compute_metrics(tables: TraceTables, windows: Iterable[str] | None = None, *
             m.device = dev
             _device_metrics(m, view, w, recompute)
             m.host_idle = _host_idle(analyzer, w, steady_iv, len(steady) if w.name == STEADY else
-                                     len(warm) if w.name == WARMUP else 0)
+                                     len(warm) if w.name == WARMUP else 0, bool(steps))
         if w.source == "profiler_step":
             m.step_phase = "warm-up" if int(w.name.split(":", 1)[1]) in warm else "steady"
         if w.name == "all":
@@ -258,10 +258,15 @@ def compute_metrics(tables: TraceTables, windows: Iterable[str] | None = None, *
     return out
 
 
-def _host_idle(an: HostIdleAnalyzer, w: Window, steady_iv: tuple[np.ndarray, np.ndarray] | None, steps: int):
+def _host_idle(an: HostIdleAnalyzer, w: Window, steady_iv: tuple[np.ndarray, np.ndarray] | None, steps: int,
+               has_steps: bool):
     """The host-cause split of a window's idle over its host intervals; label windows count only
-    their time inside the steady-state steps (when the trace has steps)."""
+    their time inside the steady-state steps (when the trace has steps). The whole trace of a trace
+    without steps is read from its first to its last device op: the host's work before any device
+    op (building the model, reading data) is not the device waiting."""
     h0, h1 = w.host0, w.host1
+    if w.source == "trace" and not has_steps:
+        h0, h1 = w.dev0, w.dev1
     if w.source in ("labels", "gpu_annotation", "torch_optimizer", "recompute_inferred") and steady_iv is not None:
         h0, h1 = iv.intersect(h0, h1, *steady_iv)
     return an.analyze(h0, h1, steps)
