@@ -7,8 +7,8 @@ from gcdoctor.engine import Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.offload import summary_value
 from gcdoctor.facts.trace import TraceMetrics
-from gcdoctor.facts.trace import JudgedWindow, judged_window
-from gcdoctor.rules._host import PHASE_WORDS, HostCauseRule, ckpt_idle, host_runs, per_step, where
+from gcdoctor.facts.trace import JudgedWindow
+from gcdoctor.rules._host import PHASE_WORDS, HostCauseRule, ckpt_idle, per_step, where
 from gcdoctor.rules._scope import probe_of, scope_of
 from gcdoctor.rules._offload import PHASES, CpuLoad, cpu_load, measurement_for, ms, pct, run_keys, steps_in, window
 
@@ -93,8 +93,8 @@ class HostBoundStepRule(HostCauseRule):
     }
 
     def check(self, facts: Facts, t: dict[str, float]) -> list[Verdict]:
-        runs = host_runs(facts)
-        if any(judged_window(facts.trace, r).idle is not None for r in runs):
+        # facts with the host-cause split (every trace analysed by this gcdoctor); older facts as before
+        if any(m.host_idle is not None or m.setup_only for m in facts.trace.values()):
             return super().check(facts, t)
         return self._legacy_check(facts, t)
 
