@@ -127,14 +127,16 @@ def environment_section(ctx: RenderContext) -> str:
              ("device memory", fbytes(e.total_memory_bytes)), ("driver", e.driver), ("runtime", e.runtime),
              ("torch", e.torch), ("transformers", e.transformers), ("deepspeed", e.deepspeed),
              ("torch_musa", e.torch_musa), ("python", e.python), ("gcdoctor", e.gcdoctor),
-             ("host", f"{e.host or '—'}, {e.cpu_count or '—'} CPUs, {fbytes(e.host_memory_bytes)}"),
+             ("host", e.host or "—" if st.command == "analyze" and m is None else
+              f"{e.host or '—'}, {e.cpu_count or '—'} CPUs, {fbytes(e.host_memory_bytes)}"),
              ("peak rates", ", ".join(x for x in (
                  f"bf16 {e.peak_bf16_tflops:g} TFLOP/s" if e.peak_bf16_tflops else "",
                  f"fp32 {e.peak_fp32_tflops:g} TFLOP/s" if e.peak_fp32_tflops else "",
                  f"memory {e.memory_bandwidth_gbs:g} GB/s" if e.memory_bandwidth_gbs else "",
                  f"PCIe {e.pcie_peak_gbs:g} GB/s" if e.pcie_peak_gbs else "") if x) or "unknown for this device")]
-    rows.append(("settings", f"sequence {st.seq_len}, {st.dtype}, {st.optimizer}, {st.warmup_steps} warm-up + "
-                             f"{st.measure_steps} measured steps, probes {', '.join(st.probes) or '—'}"))
+    if not (st.command == "analyze" and m is None):  # a bare trace has no gcdoctor settings
+        rows.append(("settings", f"sequence {st.seq_len}, {st.dtype}, {st.optimizer}, {st.warmup_steps} warm-up + "
+                                 f"{st.measure_steps} measured steps, probes {', '.join(st.probes) or '—'}"))
     limit = (ctx.config or {}).get("memory_limit_bytes")
     if limit:
         rows.append(("memory limit", f"{fbytes(limit)} (--memory-limit)"))

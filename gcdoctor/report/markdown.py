@@ -73,12 +73,16 @@ def environment_section(facts: Facts, verdicts: list[Verdict]) -> str:
             ["transformers", e.transformers or "—"], ["deepspeed", e.deepspeed or "—"],
             ["torch_musa", e.torch_musa or "—"], ["python", e.python or "—"], ["gcdoctor", e.gcdoctor or "—"],
             ["host", f"{e.host} ({e.cpu_count} CPUs, {gib(e.host_memory_bytes, 0)} GiB)"]]
+    bare = st.command == "analyze" and m is None  # a bare trace: only what the trace holds
+    if bare:
+        rows = [r for r in rows if r[0] != "host"] + ([["host", e.host]] if e.host else [])
     if m is not None:
         rows.insert(0, ["model", f"{m.name} ({m.source}), {m.n_layers}/{m.n_layers_full} layers, "
                                f"{m.n_params / 1e9:.2f} B params, {m.dtype}, attention {m.attn_implementation}"])
-    rows.append(["settings", f"seq {st.seq_len}, {st.dtype}, {st.optimizer}, {st.warmup_steps} warm-up + "
-                             f"{st.measure_steps} measured steps, probes {', '.join(st.probes)}"])
-    rows.append(["run", f"started {st.started_at}, wall {st.wall_s} s"
+    if not (st.command == "analyze" and m is None):  # a bare trace has no gcdoctor settings
+        rows.append(["settings", f"seq {st.seq_len}, {st.dtype}, {st.optimizer}, {st.warmup_steps} warm-up + "
+                                 f"{st.measure_steps} measured steps, probes {', '.join(st.probes)}"])
+    rows.append(["run", "analyze of a profiler trace" if bare else f"started {st.started_at}, wall {st.wall_s} s"
                         + (", INTERRUPTED: partial results" if st.interrupted else "")
                         + (f", error: {st.error}" if st.error else "")])
     if facts.unavailable:

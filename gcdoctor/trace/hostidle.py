@@ -325,27 +325,28 @@ WARMUP_SLOW_FACTOR = 2.0
 
 
 def classify_steps(an: HostIdleAnalyzer, steps: dict[int, tuple[int, int]]) -> tuple[list[int], list[int], str]:
-    """(steady steps, warm-up steps, why) from the leading steps' setup calls and durations. Only
-    leading steps can be warm-up: setup calls in later steps are a steady-state cost (GC023)."""
+    """(steady steps, warm-up steps, why). Only leading steps can be warm-up: a step that loads
+    modules, or whose setup calls take WARMUP_SETUP_SHARE of it and twice the later steps' median
+    share, or that lasts WARMUP_SLOW_FACTOR times the later steps' median. Setup calls that recur in
+    every step are a steady-state cost (GC023), not warm-up."""
     nums = list(steps)
-    durs = [b - a for a, b in steps.values()]
+    durs = [max(b - a, 1) for a, b in steps.values()]
+    shares = [an.setup_time(a, b) / d for (a, b), d in zip(steps.values(), durs)]
     warm: list[int] = []
     why = []
     for i, n in enumerate(nums):
         a, b = steps[n]
-        d = max(b - a, 1)
-        later = durs[i + 1:]
-        share = an.setup_time(a, b) / d
-        slow = bool(later) and d >= WARMUP_SLOW_FACTOR * float(np.median(later))
+        later_d, later_s = durs[i + 1:], shares[i + 1:]
+        med_d = float(np.median(later_d)) if later_d else None
+        med_s = float(np.median(later_s)) if later_s else None
+        setup = shares[i] >= WARMUP_SETUP_SHARE and med_s is not None and shares[i] >= 2 * med_s
+        slow = med_d is not None and durs[i] >= WARMUP_SLOW_FACTOR * med_d
         modules = an.loads_modules(a, b)
-        if share >= WARMUP_SETUP_SHARE or modules or slow:
-            warm.append(n)
-            why.append(f"step {n}: " + ", ".join(
-                x for x, on in ((f"{100 * share:.0f}% of it in setup calls", share >= WARMUP_SETUP_SHARE),
-                                ("loads modules", modules),
-                                (f"{d / max(float(np.median(later)) if later else 1, 1):.1f}x the later steps", slow))
-                if on))
-            continue
-        break
+        if not (setup or modules or slow):
+            break
+        warm.append(n)
+        why.append(f"step {n}: " + ", ".join(
+            x for x, on in ((f"{100 * shares[i]:.0f}% of it in setup calls", setup), ("loads modules", modules),
+                            (f"{durs[i] / med_d if med_d else 0:.1f}x the later steps", slow)) if on))
     steady = [n for n in nums if n not in warm]
     return steady, warm, "; ".join(why)
