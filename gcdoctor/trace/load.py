@@ -245,7 +245,9 @@ def _make_msgspec_decoders() -> tuple[Callable[[bytes], list], Callable[[bytes],
     # the lenient path reads every number that does not fit a float64 (1e400) as a Decimal
     generic = msgspec.json.Decoder(float_hook=Decimal)
 
-    def wrap(typed):
+    json_fast, json_exact = _make_json_decoders()
+
+    def wrap(typed, fallback):
         def decode(text: bytes) -> list:
             try:
                 try:
@@ -253,12 +255,20 @@ def _make_msgspec_decoders() -> tuple[Callable[[bytes], list], Callable[[bytes],
                 except msgspec.ValidationError:  # (a DecodeError) an unexpected type: decode leniently
                     return _events_from_dicts(generic.decode(text))
             except msgspec.DecodeError as exc:
-                raise _classify_msgspec_error(str(exc), text) from None
+                err = _classify_msgspec_error(str(exc), text)
+                if isinstance(err, _Malformed) and _VALUE_LEVEL.search(err.msg):
+                    # valid JSON that msgspec refuses (a lone surrogate escape, an integer of thousands
+                    # of digits): the standard library reads it
+                    return fallback(text)
+                raise err from None
             except RecursionError:
                 raise _Deep() from None
         return decode
 
-    return wrap(fast), wrap(exact)
+    return wrap(fast, json_fast), wrap(exact, json_exact)
+
+
+_VALUE_LEVEL = re.compile(r"surrogate|out of range", re.I)
 
 
 _BYTE_POS = re.compile(r"\(byte (\d+)\)")
