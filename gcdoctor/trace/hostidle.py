@@ -45,6 +45,7 @@ _LAUNCH_NAME = re.compile(r"launch|memcpy|memset|enqueue|append|graphlaunch", re
 DATALOADER_PREFIX = "enumerate(DataLoader)"
 SYNC_TOLERANCE_NS = 5_000  # host and device clocks agree to about a microsecond; a sync returning
 # within 5 us before the device went idle still drained it
+CHUNK = 1 << 14  # gap pieces attributed at a time (bounds the temporaries)
 NO_OP = "(no op: torch.cuda.synchronize(), an event wait or a library call)"
 
 
@@ -58,13 +59,21 @@ def runtime_class(name: str) -> int:
     return RT_OTHER
 
 
+def _distinct_sorted(a: np.ndarray) -> int:
+    """Number of distinct values of a sorted array (np.unique without its sort)."""
+    return int(len(a) and 1 + np.count_nonzero(a[1:] != a[:-1]))
+
+
 class _Thread:
     """The host state of one thread over time: elementary intervals between breakpoints, each with
     the highest-priority state that covers it, and prefix sums of time per state."""
 
     def __init__(self, covers: list[tuple[np.ndarray, np.ndarray]], default: int):
+        # merged first: only the edges of each state's union are breakpoints (nested ops add none)
+        covers = [iv.merge(s, e) for s, e in covers]
         pts = [np.array([iv.NEG, iv.POS], dtype=np.int64)] + [np.concatenate([s, e]) for s, e in covers if len(s)]
-        p = np.unique(np.concatenate(pts))
+        p = np.sort(np.concatenate(pts))  # sorted distinct breakpoints (np.unique hashes: slower here)
+        p = p[np.concatenate([[True], p[1:] != p[:-1]])]
         state = np.full(len(p), default, dtype=np.int8)
         decided = np.zeros(len(p), dtype=bool)
         for code, (s, e) in zip((SETUP, SYNC, DATA, DISPATCH), covers):
@@ -75,31 +84,36 @@ class _Thread:
             new = cov & ~decided
             state[new] = code
             decided |= cov
+        # runs of one state merged (nested ops make many breakpoints inside one state)
+        keep = np.concatenate([[True], state[1:] != state[:-1]])
+        p, state = p[keep], state[keep]
         self.p, self.state = p, state
         lengths = np.append(np.diff(p), 0)
         self.cum = np.zeros((7, len(p) + 1), dtype=np.int64)
         for c in range(7):
             self.cum[c, 1:] = np.cumsum(np.where(state == c, lengths, 0))
 
-    def upto(self, t: np.ndarray) -> np.ndarray:
-        """(7, len(t)) time per state in (-inf, t]."""
-        k = np.clip(np.searchsorted(self.p, t, side="right") - 1, 0, len(self.p) - 1)
-        part = t - self.p[k]
-        out = self.cum[:, k].copy()
-        out[self.state[k], np.arange(len(t))] += part
-        return out
-
     def split(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """Time per state summed over the intervals [a, b): an array of 7."""
+        """Time per state summed over the intervals [a, b): an array of 7 (no (7, n) temporaries)."""
+        out = np.zeros(7, dtype=np.int64)
         if not len(a):
-            return np.zeros(7, dtype=np.int64)
-        return (self.upto(b) - self.upto(a)).sum(axis=1)
+            return out
+        last = len(self.p) - 1
+        ka = np.clip(np.searchsorted(self.p, a, side="right") - 1, 0, last)
+        kb = np.clip(np.searchsorted(self.p, b, side="right") - 1, 0, last)
+        for c in np.unique(self.state).tolist():
+            row = self.cum[c]
+            out[c] = int((row[kb] - row[ka]).sum())
+            sb, sa = self.state[kb] == c, self.state[ka] == c
+            out[c] += int((b[sb] - self.p[kb[sb]]).sum()) - int((a[sa] - self.p[ka[sa]]).sum())
+        return out
 
 
 class HostIdleAnalyzer:
     """Built once per trace and device; `analyze(w0, w1)` splits the idle of any host intervals."""
 
-    def __init__(self, t: TraceTables, device: int | None, short_ns: int):
+    def __init__(self, t: TraceTables, device: int | None, short_ns: int, busy: iv.Cover | None = None):
+        """`busy`: the union of the device's ops where the caller has it already (saves memory)."""
         self.t = t
         self.short_ns = short_ns
         rt = t.runtime
@@ -125,33 +139,31 @@ class HostIdleAnalyzer:
             tids, inv = np.unique(rt.tid, return_inverse=True)
             self.main_tid = int(tids[np.argmax(np.bincount(inv, weights=rt.dur_ns))])
         self._threads: dict[int, _Thread] = {}
-        # the device's ops, their union's segments and the op opening each segment
-        ops = t.ops
-        m = ops.device == device if device is not None else np.zeros(len(ops), dtype=bool)
-        s, e, launch = ops.start_ns[m], (ops.start_ns + ops.dur_ns)[m], ops.launch[m]
-        joined = launch >= 0
-        l_start = np.full(len(s), iv.POS, dtype=np.int64)  # unjoined: treated as issued late
-        l_tid = np.full(len(s), -1 if self.main_tid is None else self.main_tid, dtype=np.int64)
-        if len(rt):
-            l_start[joined] = rt.start_ns[launch[joined]]
-            l_tid[joined] = rt.tid[launch[joined]]
-        self.any_joined = bool(joined.any())
-        self.l_joined = joined
-        if len(s):
-            order = np.lexsort((l_start, s))
-            s, e, l_start, l_tid, joined = s[order], e[order], l_start[order], l_tid[order], joined[order]
-            reach = np.maximum.accumulate(e)
-            new = np.empty(len(s), dtype=bool)
-            new[0] = True
-            new[1:] = s[1:] > reach[:-1]
-            first = np.flatnonzero(new)
-            last = np.append(first[1:] - 1, len(s) - 1)
-            seg_s, seg_e = s[first], reach[last]
-            nl, ntid, nj = l_start[first], l_tid[first], joined[first]
+        # the device's ops, their union's segments and the op opening each segment (its launch
+        # start and thread; an op without a launch call reads as issued late)
+        if busy is not None and busy.next_tag is not None:
+            seg_s, seg_e = busy.s, busy.e
+            ntid = busy.next_tag
+            nj = busy.next_launch != iv.NEG
+            nl = np.where(nj, busy.next_launch, iv.POS)
         else:
-            seg_s = seg_e = nl = ntid = np.zeros(0, dtype=np.int64)
-            nj = np.zeros(0, dtype=bool)
-        self.busy = iv.Cover(seg_s, seg_e, np.full(len(seg_s), iv.NEG, dtype=np.int64), 0)
+            ops = t.ops
+            m = ops.device == device if device is not None else np.zeros(len(ops), dtype=bool)
+            s, e, launch = ops.start_ns[m], (ops.start_ns + ops.dur_ns)[m], ops.launch[m]
+            joined = launch >= 0
+            l_start = np.full(len(s), iv.NEG, dtype=np.int64)
+            l_tid = np.full(len(s), -1, dtype=np.int64)
+            if len(rt):
+                l_start[joined] = rt.start_ns[launch[joined]]
+                l_tid[joined] = rt.tid[launch[joined]]
+            busy = iv.Cover(s, e, l_start, 0, tags=l_tid)
+            seg_s, seg_e, ntid = busy.s, busy.e, busy.next_tag
+            nj = busy.next_launch != iv.NEG
+            nl = np.where(nj, busy.next_launch, iv.POS)
+        if self.main_tid is not None:
+            ntid = np.where(nj, ntid, self.main_tid)
+        self.any_joined = bool(nj.any())
+        self.busy = busy
         # gaps k = 0..m: (end of segment k-1, start of segment k); the op opening segment k ends gap k
         self.g0 = np.concatenate([[iv.NEG], seg_e]).astype(np.int64)
         self.g1 = np.concatenate([seg_s, [iv.POS]]).astype(np.int64)
@@ -229,9 +241,24 @@ class HostIdleAnalyzer:
         b = np.minimum(self.g1[gi], w1[wi])
         keep = b > a
         a, b, gi = a[keep], b[keep], gi[keep]
-        h.gap_count = len(np.unique(gi))
+        h.gap_count = _distinct_sorted(gi)
         if not len(a):
             return h
+        glens = []
+        for i in range(0, len(a), CHUNK):  # in chunks: a trace's whole window has ~1e5 gaps
+            glens.append(self._attribute(h, out, a[i:i + CHUNK], b[i:i + CHUNK], gi[i:i + CHUNK]))
+        glen = np.concatenate(glens)
+        h.host_gap_count = len(glen)
+        h.short_host_gap_count = int((glen < self.short_ns).sum())
+        h.host_gap_median_us = round(float(np.median(glen))) / 1e3 if len(glen) else None
+        for code, attr in ((SYNC, "sync_us"), (SETUP, "setup_us"), (DATA, "data_us"), (DISPATCH, "dispatch_us"),
+                           (PYTHON, "python_us"), (UNRECORDED, "unrecorded_us"), (QUEUED, "queued_us")):
+            setattr(h, attr, int(out[code]) / 1e3)
+        return h
+
+    def _attribute(self, h: HostIdle, out: np.ndarray, a: np.ndarray, b: np.ndarray, gi: np.ndarray) -> np.ndarray:
+        """Add the causes of the gap pieces [a, b) (of gaps gi) to `out` and `h`'s names; returns
+        the lengths of the pieces the host was late for."""
         g0 = self.g0[gi]
         L = self.g_launch[gi]
         # 1. drained by a synchronising call that the host sat in when the device went idle
@@ -256,7 +283,7 @@ class HostIdleAnalyzer:
                 h.sync_calls[cname] = h.sync_calls.get(cname, 0.0) + us
                 op = self._outer_op(int(rt.tid[r]), int(rt.start_ns[r]))
                 h.sync_ops[op] = h.sync_ops.get(op, 0.0) + us
-            h.sync_count = len(np.unique(gi[drained]))
+            h.sync_count += _distinct_sorted(gi[drained])
         rest = ~drained
         # 2. queued: the closing op was issued before the gap began
         queued = rest & (L <= g0)
@@ -267,7 +294,10 @@ class HostIdleAnalyzer:
         out[DISPATCH] += int(np.where(host, b - cut, 0).sum())
         # 3. the host's state over [a, cut) on the thread that launched the closing op
         tids = self.g_tid[gi]
-        for tid in np.unique(tids[host]).tolist():
+        host_tids = tids[host]
+        distinct = [int(host_tids[0])] if len(host_tids) and (host_tids == host_tids[0]).all() else \
+            np.unique(host_tids).tolist()
+        for tid in distinct:
             sel = host & (tids == tid)
             if tid < 0 and self.main_tid is None:
                 out[UNRECORDED] += int((cut - a)[sel].sum())
@@ -276,15 +306,7 @@ class HostIdleAnalyzer:
             out += th.split(a[sel], cut[sel])
             if (cut[sel] > a[sel]).any():
                 self._setup_names(h, int(tid), a[sel], cut[sel])
-        hg = host & (b > a)
-        glen = (b - a)[hg]
-        h.host_gap_count = int(hg.sum())
-        h.short_host_gap_count = int((glen < self.short_ns).sum())
-        h.host_gap_median_us = round(float(np.median(glen))) / 1e3 if len(glen) else None
-        for code, attr in ((SYNC, "sync_us"), (SETUP, "setup_us"), (DATA, "data_us"), (DISPATCH, "dispatch_us"),
-                           (PYTHON, "python_us"), (UNRECORDED, "unrecorded_us"), (QUEUED, "queued_us")):
-            setattr(h, attr, int(out[code]) / 1e3)
-        return h
+        return (b - a)[host & (b > a)]
 
     def _setup_names(self, h: HostIdle, tid: int, a: np.ndarray, b: np.ndarray) -> None:
         """Setup idle by call name: each setup call's overlap with the host-wait parts of the gaps

@@ -76,7 +76,10 @@ class _DeviceView:
         if len(rt):
             self.l_start[self.joined] = rt.start_ns[launch[self.joined]]
             self.l_dur[self.joined] = rt.dur_ns[launch[self.joined]]
-        self.all = iv.Cover(self.s, self.e, self.l_start, short_ns)
+        l_tid = np.full(len(launch), -1, dtype=np.int64)
+        if len(rt):
+            l_tid[self.joined] = rt.tid[launch[self.joined]]
+        self.all = iv.Cover(self.s, self.e, self.l_start, short_ns, tags=l_tid)
         k = self.kind == KERNEL
         self.kernels = iv.Cover(self.s[k], self.e[k], self.l_start[k], short_ns)
         self.streams = {}
@@ -195,7 +198,7 @@ def _host_metrics(m: TraceMetrics, h: _HostView, w: Window) -> None:
 
 def available_windows(tables: TraceTables) -> list[str]:
     """Names of the windows compute_metrics can report for this trace."""
-    return [w.name for w in find_windows(tables, primary_device(tables))]
+    return [w.name for w in find_windows(tables, primary_device(tables))]  # (steady/warm-up: compute_metrics)
 
 
 def compute_metrics(tables: TraceTables, windows: Iterable[str] | None = None, *,
@@ -205,9 +208,11 @@ def compute_metrics(tables: TraceTables, windows: Iterable[str] | None = None, *
     names ("steps" stands for every step window); unknown names are ignored."""
     t = tables
     dev = primary_device(t)
-    found = find_windows(t, dev)
+    finder = WindowFinder(t, dev)
+    found = find_windows(t, dev, finder)
     short_ns = int(round(short_gap_us * 1000))
-    analyzer = HostIdleAnalyzer(t, dev, short_ns) if dev is not None else None
+    view = _DeviceView(t, dev, short_ns) if dev is not None else None
+    analyzer = HostIdleAnalyzer(t, dev, short_ns, busy=view.all) if view is not None else None
     steps = t.profiler_steps()
     steady: list[int] = []
     warm: list[int] = []
@@ -216,7 +221,6 @@ def compute_metrics(tables: TraceTables, windows: Iterable[str] | None = None, *
         steady, warm, why = classify_steps(analyzer, steps)
     elif steps:
         steady = list(steps)
-    finder = WindowFinder(t, dev)
     if steps and steady:
         found.insert(1, finder.step_group(STEADY, "steady_steps", [steps[n] for n in steady]))
     if warm:
@@ -225,7 +229,6 @@ def compute_metrics(tables: TraceTables, windows: Iterable[str] | None = None, *
     if windows is not None:
         want = set(windows)
         found = [w for w in found if w.name in want or ("steps" in want and w.name.startswith("step:"))]
-    view = _DeviceView(t, dev, short_ns) if dev is not None else None
     host = _HostView(t)
     src = source if source is not None else str(t.path)
     notes = []

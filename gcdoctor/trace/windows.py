@@ -177,9 +177,9 @@ def step_window(n: int) -> str:
     return f"{STEP_PREFIX}{n}"
 
 
-def find_windows(t: TraceTables, device: int | None) -> list[Window]:
+def find_windows(t: TraceTables, device: int | None, finder: WindowFinder | None = None) -> list[Window]:
     """The windows of a trace, with device intervals of `device` (None: CPU-only)."""
-    f = WindowFinder(t, device)
+    f = finder if finder is not None else WindowFinder(t, device)
     labels = f.labels()
     if not any(w.name == "recompute" for w in labels):
         rec = f.recompute_hook()
