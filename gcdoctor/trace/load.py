@@ -487,6 +487,15 @@ class _Builder:
 
     def _placeable(self, lst: list) -> list:
         """The events of `lst` that can be placed on the timeline; the others are counted by reason."""
+        ts = [e.ts for e in lst]
+        if None not in ts:  # the common case, checked in bulk
+            try:
+                f = np.asarray(ts, dtype=np.float64)
+                d = np.asarray([e.dur for e in lst], dtype=np.float64)
+                if bool((np.abs(f) < LIMIT_US).all() and (d >= 0).all() and (d < LIMIT_US).all()):
+                    return lst
+            except (TypeError, ValueError, OverflowError):
+                pass
         why = [_why_dropped(e) for e in lst]
         if not any(why):
             return lst
