@@ -93,9 +93,8 @@ def record(cause: str, device: str, steps: int, out: Path, width: int = 1024, ba
         opt.step()
         opt.zero_grad(set_to_none=True)
         if cause == "item":
-            value = loss.item()  # a synchronisation every step
+            _ = loss.item()  # a synchronisation every step
             time.sleep(0.002)  # what a logger does with it
-            del value
 
     # every step active (the first included, so warm-up detection has something to find); a schedule
     # makes torch write the ProfilerStep#N ranges

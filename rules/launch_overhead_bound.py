@@ -4,7 +4,7 @@ from __future__ import annotations
 from gcdoctor.engine import CONFIGURATION, EXPERIMENT, SEVERITY_ORDER, Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.granularity import GranularityGroup, GranularityVariant, LaunchCost
-from gcdoctor.facts.trace import TraceKey, TraceMetrics, judged_window, trace_window
+from gcdoctor.facts.trace import TraceKey, judged_window, trace_window
 
 MIB = 2**20
 CAUSE_LAUNCH, CAUSE_HOST = "kernel launches", "host-side work per checkpoint region"

@@ -5,8 +5,8 @@ from dataclasses import dataclass, field
 
 from gcdoctor.engine import CONFIGURATION, EXPERIMENT, SEVERITY_ORDER, Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
-from gcdoctor.facts.offload import OffloadVariant, device_busy_share, read_copies, stall_shares
-from gcdoctor.rules._offload import CpuLoad, link_peak, ms, pct, steps_in, window
+from gcdoctor.facts.offload import OffloadVariant, read_copies, stall_shares
+from gcdoctor.rules._offload import CpuLoad, link_peak, ms, pct, steps_in
 
 CAUSE_PAGEABLE = "pageable copies"
 CAUSE_LINK = "a saturated link"

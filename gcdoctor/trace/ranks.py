@@ -78,46 +78,37 @@ def _row(facts: Facts, run: TraceKey, rank: int, name: str, tables) -> RankRow:
         return row
     h = jw.idle
     n = jw.steps or 1
-    steps = [m.wall_us for k, m in facts.trace.items()
-             if TraceKey.parse(k).run == run.run and m.step_phase == "steady" and m.wall_us]
+    whole = facts.trace[str(run)]
+    steps = tables.profiler_steps()
+    spans = [steps[s] for s in whole.steady_steps if s in steps] if jw.steps else []
     row.steps = jw.steps or 0
-    row.step_ms = statistics.median(steps) / 1e3 if steps else h.window_us / 1e3
+    walls = [(b - a) / 1e6 for a, b in spans]  # ns -> ms
+    row.step_ms = statistics.median(walls) if walls else h.window_us / 1e3
     row.idle_share = h.idle_us / h.window_us
     row.host_idle_share = h.host_us / h.window_us
-    row.comm_ms = _comm_busy_us(tables, jw.metrics) / n / 1e3
-    row.own_ms = (h.busy_us / 1e3 / n - row.comm_ms) + h.host_us / 1e3 / n
+    row.comm_ms = _comm_busy_us(tables, spans) / n / 1e3
+    row.own_ms = (h.busy_us / n - row.comm_ms * 1e3 + h.host_us / n) / 1e3
     return row
 
 
-def _comm_busy_us(tables, m) -> float:
-    """Device time of collective kernels (nccl, rccl, all_reduce, ...) inside the window's host intervals."""
+def _comm_busy_us(tables, spans: list[tuple[int, int]]) -> float:
+    """Device time of collective kernels (nccl, rccl, all_reduce, ...) inside the steady steps
+    (the whole trace when it has no steps)."""
     dev = primary_device(tables)
-    if dev is None or m is None:
+    if dev is None:
         return 0.0
+    if not spans:
+        span = tables.span_ns()
+        spans = [span] if span else []
     ops = tables.ops
-    names = np.asarray(tables.names, dtype=object)
-    comm_ids = np.array([i for i, n in enumerate(tables.names) if _COMM.search(n)], dtype=np.int64)
+    comm_ids = np.array([i for i, nm in enumerate(tables.names) if _COMM.search(nm)], dtype=np.int64)
     sel = (ops.device == dev) & np.isin(ops.name_id, comm_ids)
-    if not sel.any() or m.wall_us is None:
-        return 0.0
-    del names
-    steady = [(int(tm0), int(tm1)) for tm0, tm1 in _host_intervals(tables, m)]
-    if not steady:
+    if not sel.any() or not spans:
         return 0.0
     s, e = iv.merge(ops.start_ns[sel], ops.start_ns[sel] + ops.dur_ns[sel])
-    w0 = np.array([a for a, _ in steady], dtype=np.int64)
-    w1 = np.array([b for _, b in steady], dtype=np.int64)
-    a, b = iv.intersect(s, e, *iv.merge(w0, w1))
+    w0, w1 = iv.merge(np.array([a for a, _ in spans], dtype=np.int64), np.array([b for _, b in spans], dtype=np.int64))
+    a, b = iv.intersect(s, e, w0, w1)
     return float((b - a).sum()) / 1e3
-
-
-def _host_intervals(tables, m) -> list[tuple[int, int]]:
-    steps = tables.profiler_steps()
-    if m.window == "steady":
-        return [steps[n] for n in m.steady_steps] if m.steady_steps else [
-            v for v in steps.values()]  # the steady window's own steps
-    span = tables.span_ns()
-    return [span] if span else []
 
 
 def _summary(rows: list[RankRow]) -> RankSummary:
