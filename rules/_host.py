@@ -71,8 +71,20 @@ class HostCauseRule(Rule):
     requires = ()
     defaults: dict[str, float] = {}
 
+    ckpt_is_gc010 = False  # this cause's idle inside checkpointed regions is granularity (GC010's)
+
     def judged_us(self, facts: Facts, jw: JudgedWindow) -> float:
-        return getattr(jw.idle, f"{self.cause}_us")
+        total = getattr(jw.idle, f"{self.cause}_us")
+        return max(total - ckpt_idle(facts, jw.run, self.cause), 0.0) if self.ckpt_is_gc010 else total
+
+    def start(self, facts: Facts, jw: JudgedWindow) -> tuple[float, float, str, list[Evidence]]:
+        """(idle judged in us, its share of the window, subject, the evidence every cause shows)."""
+        us = self.judged_us(facts, jw)
+        ev = self.base_evidence(jw, us)
+        ck = getattr(jw.idle, f"{self.cause}_us") - us
+        if ck > 0:
+            ev.append(Evidence("inside checkpointed regions (judged by GC010)", *per_step(ck, jw)))
+        return us, us / jw.idle.window_us, subject_of(jw.run), ev
 
     def check(self, facts: Facts, t: dict[str, float]) -> list[Verdict]:
         runs = host_runs(facts)

@@ -38,10 +38,7 @@ class DataLoaderStallRule(HostCauseRule):
     }
 
     def judge(self, facts: Facts, jw: JudgedWindow, t: dict[str, float]) -> Verdict:
-        h = jw.idle
-        share = h.data_us / h.window_us
-        subject = "trace" if jw.run.run is None else jw.run.run
-        ev = self.base_evidence(jw, h.data_us)
+        _, share, subject, ev = self.start(facts, jw)
         severity = self.grade(share, t)
         if severity is None:
             return self.passed(f"{subject}: data loading idles the device {100 * share:.0f}% of the steady-state "

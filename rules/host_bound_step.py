@@ -8,7 +8,7 @@ from gcdoctor.facts import Facts
 from gcdoctor.facts.offload import summary_value
 from gcdoctor.facts.trace import TraceMetrics
 from gcdoctor.facts.trace import JudgedWindow
-from gcdoctor.rules._host import PHASE_WORDS, HostCauseRule, ckpt_idle, per_step, where
+from gcdoctor.rules._host import PHASE_WORDS, HostCauseRule, where
 from gcdoctor.rules._scope import probe_of, scope_of
 from gcdoctor.rules._offload import PHASES, CpuLoad, cpu_load, measurement_for, ms, pct, run_keys, steps_in, window
 
@@ -98,18 +98,11 @@ class HostBoundStepRule(HostCauseRule):
             return super().check(facts, t)
         return self._legacy_check(facts, t)
 
-    def judged_us(self, facts: Facts, jw: JudgedWindow) -> float:
-        return max(jw.idle.dispatch_us - ckpt_idle(facts, jw.run, "dispatch"), 0.0)
+    ckpt_is_gc010 = True
 
     def judge(self, facts: Facts, jw: JudgedWindow, t: dict[str, float]) -> Verdict:
         h, m = jw.idle, jw.metrics
-        us = self.judged_us(facts, jw)
-        share = us / h.window_us
-        subject = "trace" if jw.run.run is None else jw.run.run
-        ev = self.base_evidence(jw, us)
-        ck = h.dispatch_us - us
-        if ck > 0:
-            ev.append(Evidence("inside checkpointed regions (judged by GC010)", *per_step(ck, jw)))
+        us, share, subject, ev = self.start(facts, jw)
         steps = jw.steps or 1
         unit = "per step" if jw.steps else "in the trace"
         ev += [Evidence("idle gaps the host caused", h.host_gap_count / steps, unit),

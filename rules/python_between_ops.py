@@ -4,7 +4,7 @@ from __future__ import annotations
 from gcdoctor.engine import Evidence, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.trace import JudgedWindow
-from gcdoctor.rules._host import PHASE_WORDS, HostCauseRule, ckpt_idle, per_step, where
+from gcdoctor.rules._host import PHASE_WORDS, HostCauseRule, where
 
 
 class PythonBetweenOpsRule(HostCauseRule):
@@ -40,18 +40,10 @@ class PythonBetweenOpsRule(HostCauseRule):
         "critical_share": 0.5,
     }
 
-    def judged_us(self, facts: Facts, jw: JudgedWindow) -> float:
-        return max(jw.idle.python_us - ckpt_idle(facts, jw.run, "python"), 0.0)
+    ckpt_is_gc010 = True
 
     def judge(self, facts: Facts, jw: JudgedWindow, t: dict[str, float]) -> Verdict:
-        h = jw.idle
-        us = self.judged_us(facts, jw)
-        share = us / h.window_us
-        subject = "trace" if jw.run.run is None else jw.run.run
-        ev = self.base_evidence(jw, us)
-        ck = h.python_us - us
-        if ck > 0:
-            ev.append(Evidence("inside checkpointed regions (judged by GC010)", *per_step(ck, jw)))
+        us, share, subject, ev = self.start(facts, jw)
         phase, phase_us = where(facts, jw.run, ("python",))
         if phase is not None and us > 0:
             ev.append(Evidence(f"of it in {PHASE_WORDS.get(phase, phase)}", 100 * min(phase_us / us, 1.0), "%"))

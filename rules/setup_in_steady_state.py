@@ -49,9 +49,7 @@ class SetupInSteadyStateRule(HostCauseRule):
 
     def judge(self, facts: Facts, jw: JudgedWindow, t: dict[str, float]) -> Verdict:
         h = jw.idle
-        share = h.setup_us / h.window_us
-        subject = "trace" if jw.run.run is None else jw.run.run
-        ev = self.base_evidence(jw, h.setup_us)
+        _, share, subject, ev = self.start(facts, jw)
         for name, v in top(h.setup_calls, 4):
             ev.append(Evidence(f"setup idle in {name}", *per_step(v, jw)))
         severity = self.grade(share, t)

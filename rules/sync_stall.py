@@ -71,10 +71,7 @@ class SyncStallRule(HostCauseRule):
 
     def judge(self, facts: Facts, jw: JudgedWindow, t: dict[str, float]) -> Verdict:
         h = jw.idle
-        us = h.sync_us
-        share = us / h.window_us
-        subject = "trace" if jw.run.run is None else jw.run.run
-        ev = self.base_evidence(jw, us)
+        us, share, subject, ev = self.start(facts, jw)
         n_val, n_unit = (h.sync_count / jw.steps, "per step") if jw.steps else (h.sync_count, "in the trace")
         ev.append(Evidence("gaps drained by a synchronisation", n_val, n_unit))
         for name, v in top(h.sync_calls):
