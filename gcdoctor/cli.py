@@ -212,8 +212,13 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     _, th = _thresholds(args)
     path = Path(args.path)
     if path.is_dir() and not (path / "facts.json").is_file():
-        from gcdoctor.ranks import merge_ranks
-        facts = merge_ranks(path)  # a distributed watched run: rank-<r> directories
+        from gcdoctor.ranks import rank_dirs
+        if rank_dirs(path):  # a distributed watched run: rank-<r> run directories
+            from gcdoctor.ranks import merge_ranks
+            facts = merge_ranks(path)
+        else:  # a folder of per-rank traces (torch's tensorboard_trace_handler, HTA's layout)
+            from gcdoctor.trace.ranks import facts_from_trace_dir
+            facts = facts_from_trace_dir(path)
     elif path.is_dir():
         facts_path = path / "facts.json"
         try:
@@ -231,7 +236,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_run_dir("analyze", path.stem.split(".")[0])
     out.mkdir(parents=True, exist_ok=True)
     facts.save(out / "facts.json")
-    report = write_reports(out, facts, verdicts, source_dir=path if path.is_dir() else None)
+    report = write_reports(out, facts, verdicts, source_dir=path if (path / "facts.json").is_file() else None)
     print(summary(facts, verdicts, str(report)))
     return _exit_code(verdicts, args)
 

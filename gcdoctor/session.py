@@ -201,6 +201,7 @@ class ProbeContext:
             profiled_step_ms=median([r.step_ms for r in prof_records])))
         try:
             from gcdoctor import trace
+            from gcdoctor.facts.trace import TraceKey
             trace.compute_metrics, trace.load_trace  # noqa: B018 - present in this build?
         except (ImportError, AttributeError):
             self.facts.unavailable[f"trace.{key}"] = "trace analysis unavailable"
@@ -212,7 +213,7 @@ class ProbeContext:
             return
         for window, tm in metrics.items():
             tm.source = str(path.relative_to(self.rundir.path))
-            self.facts.trace[key if window == "all" else f"{key}|{window}"] = tm
+            self.facts.trace[str(TraceKey(key, window))] = tm
 
 
 def measurement_row(m: Measurement) -> dict[str, Any]:

@@ -626,6 +626,7 @@ class Watcher:
         recompute share), keyed 'watch/<trace name>' and 'watch/<trace name>|<window>'."""
         try:
             from gcdoctor import trace
+            from gcdoctor.facts.trace import TraceKey
             from gcdoctor.trace.recompute import find_recompute
         except ImportError:
             return
@@ -637,7 +638,7 @@ class Watcher:
             self.facts.unavailable[f"trace.{key}"] = str(exc)
             return
         for window, tm in metrics.items():
-            self.facts.trace[key if window == "all" else f"{key}|{window}"] = tm
+            self.facts.trace[str(TraceKey(key, window))] = tm
         rec = metrics.get("recompute")
         found = find_recompute(tables) if rec is not None else None  # labelled too: the form it shows
         n = sum(1 for i in self.facts.watch.profiled_steps if i >= self._prof_first)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from gcdoctor.engine import Rule
 from gcdoctor.rules.device_starving_cpu import DeviceStarvingCpuRule
 from gcdoctor.rules.gc_unneeded import GcUnneededRule
+from gcdoctor.rules.data_loader_stall import DataLoaderStallRule
 from gcdoctor.rules.host_bound_step import HostBoundStepRule
 from gcdoctor.rules.insufficient_memory_saving import InsufficientMemorySavingRule
 from gcdoctor.rules.launch_cost_headroom import LaunchCostHeadroomRule
@@ -16,8 +17,13 @@ from gcdoctor.rules.oom_boundary_gain import OomBoundaryGainRule
 from gcdoctor.rules.pcie_saturated_idle import PcieSaturatedIdleRule
 from gcdoctor.rules.prescription import PrescriptionRule
 from gcdoctor.rules.rank_straggler import RankStragglerRule
+from gcdoctor.rules.python_between_ops import PythonBetweenOpsRule
 from gcdoctor.rules.recompute_overhead import RecomputeOverheadRule
 from gcdoctor.rules.recompute_share import RecomputeShareRule
+from gcdoctor.rules.setup_in_steady_state import SetupInSteadyStateRule
+from gcdoctor.rules.straggler_rank import StragglerRankRule
+from gcdoctor.rules.sync_stall import SyncStallRule
+from gcdoctor.rules.trace_coverage import TraceCoverageRule
 
 ALL_RULES: list[Rule] = [
     RecomputeOverheadRule(),
@@ -32,6 +38,12 @@ ALL_RULES: list[Rule] = [
     OffloadStallRule(),
     OffloadLinkWhatIfRule(),
     HostBoundStepRule(),
+    SyncStallRule(),
+    SetupInSteadyStateRule(),
+    DataLoaderStallRule(),
+    PythonBetweenOpsRule(),
+    TraceCoverageRule(),
+    StragglerRankRule(),
     PcieSaturatedIdleRule(),
     DeviceStarvingCpuRule(),
     LossJitterRule(),

@@ -7,22 +7,20 @@ from dataclasses import dataclass
 from gcdoctor.facts import Facts, Measurement
 from gcdoctor.facts.offload import summary_value
 from gcdoctor.facts.telemetry import SeriesSummary
-from gcdoctor.facts.trace import TraceMetrics
+from gcdoctor.facts.trace import TraceKey, TraceMetrics, step_count, trace_runs, trace_window
 from gcdoctor.rules._telemetry_windows import pcie_peak_gbs
 
 PHASES = ("forward", "loss", "ckpt-forward", "backward", "recompute", "optimizer")
 
 
 def steps_in(facts: Facts, key: str) -> int | None:
-    """Profiler steps under a trace key: 'K|step:N' windows of a diagnose run, 'step:N' of a bare trace."""
-    prefix = "step:" if key == "all" else f"{key}|step:"
-    n = sum(1 for k in facts.trace if k.startswith(prefix))
-    return n or None
+    """Profiler steps of the trace of a run key ('offload/gc', or a bare trace's 'all')."""
+    return step_count(facts.trace, TraceKey.parse(key))
 
 
 def window(facts: Facts, key: str, name: str) -> TraceMetrics | None:
-    """A labelled window of the run under `key` ('offload/gc|optimizer'), or of a bare trace ('optimizer')."""
-    return facts.trace.get(name if key == "all" else f"{key}|{name}")
+    """A labelled window of the run under `key` ('offload/gc' -> 'offload/gc|optimizer'), or of a bare trace."""
+    return trace_window(facts.trace, TraceKey.parse(key), name)
 
 
 def link_peak(facts: Facts, device_key: str = "gpu0") -> float | None:
@@ -86,15 +84,16 @@ def measurement_for(facts: Facts, key: str) -> Measurement | None:
 # Probes whose profiled steps are the model's own training step as configured, and a watched job. The
 # granularity probe's variants are deliberately fine-grained experiments (GC010 judges them); the
 # jitter probe repeats the sweep's steps.
-STEP_PROBES = ("sweep", "offload", "watch")
+STEP_PROBES = ("sweep", "offload", "watch", "rank")
 
 
 def run_keys(facts: Facts) -> list[str]:
     """Top-level trace keys of training steps: one per profiled variant of a run ('<probe>/<variant>')
     of STEP_PROBES, or 'all' for a bare trace."""
-    if "all" in facts.trace:
+    runs = trace_runs(facts.trace)
+    if any(r.run is None for r in runs):
         return ["all"]
-    return [k for k in facts.trace if "|" not in k and k.split("/", 1)[0] in STEP_PROBES and "/" in k]
+    return [str(r) for r in runs if r.probe in STEP_PROBES]
 
 
 def pct(x: float | None) -> float | None:

@@ -8,14 +8,14 @@ the granularity and offload probes' variants (and the launch-cost microbenchmark
 from __future__ import annotations
 
 from gcdoctor.engine import CONFIGURATION, EXPERIMENT
+from gcdoctor.facts.trace import TraceKey
 
 EXPERIMENT_PROBES = ("granularity", "offload", "launch")
 
 
 def probe_of(key: str) -> str:
     """'offload/gc|forward' -> 'offload'; a bare trace's 'all' or 'step:3' -> 'trace'."""
-    head = key.split("|", 1)[0]
-    return head.split("/", 1)[0] if "/" in head else "trace"
+    return TraceKey.parse(key).probe
 
 
 def scope_of(key: str) -> str:

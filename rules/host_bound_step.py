@@ -3,10 +3,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gcdoctor.engine import Evidence, Rule, Verdict
+from gcdoctor.engine import Evidence, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.offload import summary_value
 from gcdoctor.facts.trace import TraceMetrics
+from gcdoctor.facts.trace import JudgedWindow
+from gcdoctor.rules._host import PHASE_WORDS, HostCauseRule, where
 from gcdoctor.rules._scope import probe_of, scope_of
 from gcdoctor.rules._offload import PHASES, CpuLoad, cpu_load, measurement_for, ms, pct, run_keys, steps_in, window
 
@@ -42,56 +44,105 @@ class HostReading:
     where_share: float | None = None  # that host time, of the host-wait idle
 
 
-class HostBoundStepRule(Rule):
+class HostBoundStepRule(HostCauseRule):
     """What it checks:
-    For every profiled training step of the run (the batch sweep's and the offload probe's variants,
-    a watched job's steps) or a bare trace, whether the device starves because
-    the host cannot keep up: device idle time whose next operation had not yet been issued by the
-    host (host-wait idle, HTA's definition) takes a material share of the step while the host CPU
-    is saturated. It says where the host spent that time: the optimizer step, the forward,
-    backward or recomputation, or outside the labelled phases (between steps: data loading). On a
-    bare trace it judges the trace alone, reading host saturation from the CPU ops' coverage of the
-    host time.
+    Over the steady-state steps of every profiled training step (the batch sweep's and the offload
+    probe's variants, a watched job) or a bare trace, the device idle time while the host was busy
+    dispatching: inside ops (aten dispatch, autograd) or launch calls, or in the launch latency of
+    the op that ends the gap. Many short ops issued one by one with short gaps between them: the
+    host, not the device, sets the pace (dispatch/launch-bound). Idle inside checkpointed regions is
+    checkpoint granularity and GC010's; synchronisations, setup calls, data loading and Python
+    between ops have their own rules (GC022-GC025). Where the run sampled telemetry it adds the host
+    CPU load as evidence. Facts recorded before gcdoctor split idle by host cause are judged as
+    before: host-wait idle with the CPU saturated.
 
     Why it matters:
     Checkpointing trades device memory for device compute. When the host sets the pace, extra
-    compute is free and saved memory buys nothing: the step is as slow as the host's data loading,
-    its CPU optimizer (ZeRO-Offload runs Adam on the host) or its Python and launch overhead. The fix
-    is on the host, and turning checkpointing off does not make the step faster.
+    compute is free and saved memory buys nothing: the step is as slow as dispatching its ops. The
+    fix is fewer, larger ops or less dispatch per op, not checkpointing.
 
     Evidence:
-    From the trace of the profiled steps: host-wait idle per step and as a share of the device
-    window, all idle, and where the host spent the time: the labelled phase with the most host time
-    not matched by device work (its host time minus its device busy time). From telemetry over the measured
-    steps: host CPU, the busiest core, the process's CPU (100 = one core), device utilisation mean
-    and minimum. Without telemetry: the share of the host time spent inside CPU ops.
+    Dispatch idle per step and as a share of the steady-state window; idle gaps the host caused per
+    step, their median length and how many are shorter than the short-gap threshold; the median
+    kernel; ops per step; the labelled phase holding most of it; telemetry of the host CPU.
 
     How to fix:
-    Data loading: DataLoader workers (num_workers, pin_memory, prefetch_factor), pre-tokenised data.
-    CPU optimizer: more threads for it, fewer offloaded states, or a fused optimizer on the device
-    where memory allows. Python and launch overhead: fewer, larger checkpoint regions, CUDA graphs or
-    torch.compile. Check that no other process competes for the cores.
+    CUDA graphs (torch.compile(mode="reduce-overhead"), torch.cuda.CUDAGraph) to replay the step's
+    launches; torch.compile to fuse small ops; fused/foreach optimizers (fused=True); larger batches
+    or sequences so each kernel runs longer; fewer, larger checkpoint regions (GC010).
     """
 
     code = "GC021"
     slug = "host-bound-step"
-    title = "Host-bound step"
-    requires = ()  # profiled traces of a run, or a bare trace: checked in check()
+    title = "Host-bound step (dispatch/launch-bound)"
+    cause = "dispatch"
+    what = "waits on the host dispatching ops"
     defaults = {
-        # a fifth of the step idle waiting for the host: beyond the launch gaps of a healthy step (a few
-        # percent) and half of Nsight Systems' "GPU utilisation < 50%" line (REFERENCES.md section 5)
+        # a fifth of the step idle while the host dispatches: beyond the launch gaps of a healthy step
+        # (a few percent) and half of Nsight Systems' "GPU utilisation < 50%" line (REFERENCES.md s5)
+        "min_share": 0.2,
+        "critical_share": 0.5,
+        # facts without the host-cause split (recorded before it): host-wait idle share, and the CPU
+        # saturation lines as GC041 (a core above 95% is one Python thread holding the GIL; the
+        # process at 95% of a core; the host at 90%); trace alone: ops cover 90% of the host time
         "min_host_wait_share": 0.2,
-        # CPU saturation lines, as GC041: a core above 95% is a thread that never pauses (one Python
-        # thread holding the GIL); the process at 95% of one core; the whole host at 90%
         "core_busy_pct": 95.0,
         "proc_busy_pct": 95.0,
         "host_busy_pct": 90.0,
-        # trace alone: the host is inside CPU ops (waiting in synchronisation calls excluded) for at
-        # least 90% of the traced host time: it has no slack to issue work earlier
         "trace_host_busy_share": 0.9,
     }
 
     def check(self, facts: Facts, t: dict[str, float]) -> list[Verdict]:
+        # facts with the host-cause split (every trace analysed by this gcdoctor); older facts as before
+        if any(m.host_idle is not None or m.setup_only for m in facts.trace.values()):
+            return super().check(facts, t)
+        return self._legacy_check(facts, t)
+
+    ckpt_is_gc010 = True
+
+    def judge(self, facts: Facts, jw: JudgedWindow, t: dict[str, float]) -> Verdict:
+        h, m = jw.idle, jw.metrics
+        us, share, subject, ev = self.start(facts, jw)
+        steps = jw.steps or 1
+        unit = "per step" if jw.steps else "in the trace"
+        ev += [Evidence("idle gaps the host caused", h.host_gap_count / steps, unit),
+               Evidence("their median length", h.host_gap_median_us, "us"),
+               Evidence(f"of them shorter than {m.short_gap_threshold_us:g} us",
+                        100 * h.short_host_gap_count / h.host_gap_count if h.host_gap_count else None, "%"),
+               Evidence("median kernel", m.kernel_median_us, "us"),
+               Evidence("host ops", None if m.cpu_op_count is None else m.cpu_op_count / steps, unit)]
+        phase, phase_us = where(facts, jw.run, ("dispatch",))
+        if phase is not None and us > 0:
+            ev.append(Evidence(f"of it in {PHASE_WORDS.get(phase, phase)}", 100 * min(phase_us / us, 1.0), "%"))
+        meas = measurement_for(facts, jw.run.run) if jw.run.run else None
+        cpu = cpu_load(meas.telemetry) if meas is not None and meas.telemetry else None
+        if cpu is not None and cpu.known:
+            ev += [Evidence("host CPU mean", cpu.cpu_pct, "%"), Evidence("busiest core mean", cpu.max_core_pct, "%"),
+                   Evidence("process CPU mean (100 = one core)", cpu.proc_pct, "%")]
+        severity = self.grade(share, t)
+        if severity is None:
+            return self.passed(f"{subject}: dispatching ops idles the device {100 * share:.0f}% of the steady-state "
+                               "time", ev, subject=subject)
+        if cpu is not None and cpu.known and not cpu.saturated(t):
+            return self.passed(f"{subject}: the host was inside ops {100 * share:.0f}% of the step while the device "
+                               "idled, but its CPU is not saturated (blocked inside ops: I/O, a lock, another "
+                               "process)", ev, subject=subject)
+        in_phase = phase is not None and phase_us >= 0.5 * us
+        return self.fired(
+            severity, f"{subject}: the device waits on the host dispatching ops {100 * share:.0f}% of the step"
+            + (f", mostly in {PHASE_WORDS.get(phase, phase)}" if in_phase else ""), ev,
+            "The host was inside ops and launch calls, issuing work one op at a time, while the device had "
+            "nothing to run: its kernels finish faster than the host issues them. Checkpointing cannot help here "
+            "and its recompute is nearly free."
+            + (" This variant offloads to the host: see GC020 for the copies." if subject.startswith("offload/")
+               else ""),
+            "Replay the step's launches with CUDA graphs (torch.compile(mode='reduce-overhead')) or fuse small ops "
+            "with torch.compile; use fused optimizers (fused=True / foreach); raise the batch or sequence length "
+            "so each kernel runs longer; make sure no other process competes for the host's cores.",
+            subject=subject)
+
+    # -- facts recorded before the host-cause split ---------------------------------------------
+    def _legacy_check(self, facts: Facts, t: dict[str, float]) -> list[Verdict]:
         keys = run_keys(facts)
         if not keys:
             return [self.inconclusive("no profiled training step in the facts (the batch sweep and offload probes "

@@ -4,7 +4,7 @@ from __future__ import annotations
 from gcdoctor.engine import CONFIGURATION, EXPERIMENT, SEVERITY_ORDER, Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.granularity import GranularityGroup, GranularityVariant, LaunchCost
-from gcdoctor.facts.trace import TraceMetrics
+from gcdoctor.facts.trace import TraceKey, judged_window, trace_window
 
 MIB = 2**20
 CAUSE_LAUNCH, CAUSE_HOST = "kernel launches", "host-side work per checkpoint region"
@@ -76,6 +76,9 @@ class LaunchOverheadBoundRule(Rule):
         # -> the launches are the cost; below it the host spends most of its time between ops
         # (Python, autograd bookkeeping such as checkpoint regions)
         "min_op_coverage": 0.5,
+        # bare trace: device idle while the host dispatches or runs Python inside checkpointed regions,
+        # share of the steady-state step (as GC021's line for the whole step)
+        "min_region_idle_share": 0.2,
         # "saves no memory": below 2% of the activations of the variant without checkpointing,
         # within allocator rounding and transients; a real checkpoint saving is tens of percent
         "min_saving_pct": 2.0,
@@ -236,62 +239,59 @@ class LaunchOverheadBoundRule(Rule):
 
     # -- a bare trace -----------------------------------------------------------------------
     def _trace_only(self, facts: Facts, t: dict[str, float]) -> list[Verdict]:
-        keys = ["all"] if "all" in facts.trace else [k for k in facts.trace if "|" not in k]
-        out = []
-        for key in keys:
-            v = self._trace_window(facts, key, facts.trace[key], t)
-            v.scope, v.topic = CONFIGURATION, "trace"  # a user's own trace is the configuration they train
-            out.append(v)
-        return out or [self.inconclusive("no whole-trace window in the trace metrics", scope=CONFIGURATION,
-                                         topic="trace")]
+        """Granularity alone: the device idle while the host dispatches or runs Python inside the
+        checkpointed regions of the steady steps. Host causes elsewhere are GC021-GC025's."""
+        runs = [k for k in map(TraceKey.parse, facts.trace) if k.window == "all"]
+        if any(r.run is None for r in runs):
+            runs = [TraceKey(None, "all")]
+        if not runs:
+            return [self.inconclusive("no whole-trace window in the trace metrics", scope=CONFIGURATION, topic="trace")]
+        return [self._trace_run(facts, run, t) for run in runs]
 
-    def _trace_window(self, facts: Facts, key: str, m: TraceMetrics, t: dict[str, float]) -> Verdict:
-        subject = f"trace:{key}"
-        if m.device_unavailable:
-            return self.inconclusive(f"trace {key}: no device metrics ({m.device_unavailable})", subject=subject)
-        missing = [name for name, val in (("device idle time", m.idle_us), ("device window", m.device_window_us),
-                                          ("host-wait idle", m.idle_host_wait_us), ("kernel count", m.kernel_count))
-                   if val is None]
-        if m.short_kernel_share is None and m.kernel_median_us is None:
-            missing.append("kernel durations")
-        if missing or not m.device_window_us:
-            return self.inconclusive(f"trace {key}: missing {', '.join(missing) or 'device window'}", subject=subject)
-        idle = m.idle_us / m.device_window_us
-        host_wait = m.idle_host_wait_us / m.idle_us if m.idle_us > 0 else 0.0
-        short = _short_kernels(m.short_kernel_share, m.kernel_median_us, None, t)
-        launch_share = (m.runtime_call_us / m.wall_us if m.runtime_call_us is not None and m.wall_us else None)
-        # cpu_busy_us sums per-thread busy time; more than the window means every moment had an op
-        coverage = min(m.cpu_busy_us / m.wall_us, 1.0) if m.cpu_busy_us is not None and m.wall_us else None
-        ev = [Evidence("device idle share", 100 * idle, "%"), Evidence("idle waiting on the host", 100 * host_wait, "%"),
-              Evidence("kernels", m.kernel_count), Evidence("short kernels (shorter than their launch call)",
-                                                            None if m.short_kernel_share is None else 100 * m.short_kernel_share, "%"),
-              Evidence("median kernel", m.kernel_median_us, "us"), Evidence("median launch latency", m.launch_latency_median_us, "us"),
-              Evidence("launch calls' share of the host window", None if launch_share is None else 100 * launch_share, "%"),
-              Evidence("host window covered by ops", None if coverage is None else 100 * coverage, "%")]
-        rec = facts.trace.get(f"{key}|recompute") if key != "all" else facts.trace.get("recompute")
-        if m.recompute_share is not None:
-            ev.append(Evidence("recompute share of device busy time", 100 * m.recompute_share, "%"))
-        if rec is not None and rec.idle_us is not None and rec.device_window_us:
-            ev.append(Evidence("device idle share inside recompute ranges", 100 * rec.idle_us / rec.device_window_us, "%"))
-        if idle >= t["min_idle_share"] and host_wait >= t["min_host_wait_share"] and short:
-            by_ops = max(coverage or 0.0, launch_share or 0.0) >= t["min_op_coverage"]
-            cause = CAUSE_LAUNCH if by_ops else "host-side work between ops (Python, autograd bookkeeping)"
+    def _trace_run(self, facts: Facts, run: TraceKey, t: dict[str, float]) -> Verdict:
+        jw = judged_window(facts.trace, run)
+        subject = f"trace:{run}"
+        name = "Trace" if run.run is None else run.run
+        if jw.idle is None or not jw.idle.window_us:
+            return self.inconclusive(f"{name}: {jw.why or 'no device idle split'}", subject=subject,
+                                     scope=CONFIGURATION, topic="trace")
+        regions = [trace_window(facts.trace, run, w) for w in ("ckpt-forward", "recompute")]
+        regions = [m for m in regions if m is not None and m.host_idle is not None]
+        if not regions:
+            return self.inconclusive(f"{name}: no checkpointed regions found (no gcdoctor/ckpt-forward or "
+                                     "gcdoctor/recompute ranges, no recompute found): checkpoint granularity cannot "
+                                     "be judged; the host causes of idle are GC021-GC025's", subject=subject,
+                                     scope=CONFIGURATION, topic="trace")
+        h, m = jw.idle, jw.metrics
+        dispatch = sum(r.host_idle.dispatch_us for r in regions)
+        python = sum(r.host_idle.python_us for r in regions)
+        region_us = sum(r.host_idle.window_us for r in regions)
+        share = (dispatch + python) / h.window_us
+        steps = jw.steps or 1
+        unit = "ms/step" if jw.steps else "ms in the trace"
+        ev = [Evidence("device idle inside checkpointed regions, host dispatching", dispatch / steps / 1e3, unit),
+              Evidence("device idle inside checkpointed regions, host in Python", python / steps / 1e3, unit),
+              Evidence("that idle, share of the steady-state window", 100 * share, "%"),
+              Evidence("checkpointed regions, share of the window", 100 * region_us / h.window_us, "%"),
+              Evidence("median kernel", m.kernel_median_us, "us"),
+              Evidence("short kernels (shorter than their launch call)",
+                       None if m.short_kernel_share is None else 100 * m.short_kernel_share, "%")]
+        if share >= t["min_region_idle_share"]:
+            cause = CAUSE_LAUNCH if dispatch >= python else "host-side work per checkpoint region"
             return self.fired(
-                "warning", f"Trace {key}: the device idles {100 * idle:.0f}% of the time waiting on the host, "
-                f"running short kernels: launch-overhead-bound ({cause})", ev,
-                "Most kernels finish faster than the host issues them, and most of the device's idle time starts "
-                "before the next launch call: the host sets the pace. " + (
-                    "Ops and their launch calls fill most of the host's time, so issuing the kernels is the cost."
-                    if cause == CAUSE_LAUNCH else
-                    "Ops and their launch calls fill a minor share of the host's time, so the host is busy between "
-                    "ops: Python and autograd work, e.g. the bookkeeping of many small checkpoint regions."),
-                "Checkpoint coarser regions (whole decoder layers) or fewer of them (every N-th layer); capture the "
-                "step with CUDA graphs (torch.compile mode='reduce-overhead') to remove launches, or torch.compile "
-                "the model to remove per-region Python work; a larger batch makes kernels longer. Run `gcdoctor "
-                "diagnose --probes granularity` to measure this device's launch and region costs.",
-                subject=subject)
-        return self.passed(f"Trace {key}: not launch-overhead-bound (device idle {100 * idle:.0f}%, "
-                           f"{100 * host_wait:.0f}% of it waiting on the host)", ev, subject=subject)
+                "warning", f"{name}: checkpointed regions idle the device {100 * share:.0f}% of the step, the host "
+                f"{'dispatching their ops' if cause == CAUSE_LAUNCH else 'running their Python bookkeeping'}: "
+                f"launch-overhead-bound granularity ({cause})", ev,
+                "Inside the checkpointed regions (their forward and their recomputation) the device waits for the "
+                "host: the regions are so small that issuing their ops, or checkpoint's per-region bookkeeping, "
+                "costs more than their math.",
+                "Checkpoint coarser regions (whole decoder layers) or fewer of them (every N-th layer); torch.compile "
+                "the model to remove per-region Python work, CUDA graphs to remove launches. Run `gcdoctor diagnose "
+                "--probes granularity` to measure this device's launch and region costs.",
+                subject=subject, scope=CONFIGURATION, topic="trace")
+        return self.passed(f"{name}: checkpointed regions are not launch-overhead-bound (the device idles "
+                           f"{100 * share:.0f}% of the step waiting on the host inside them)", ev, subject=subject,
+                           scope=CONFIGURATION, topic="trace")
 
 
 # -- helpers -------------------------------------------------------------------------------

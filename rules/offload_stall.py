@@ -5,8 +5,8 @@ from dataclasses import dataclass, field
 
 from gcdoctor.engine import CONFIGURATION, EXPERIMENT, SEVERITY_ORDER, Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
-from gcdoctor.facts.offload import OffloadVariant, device_busy_share, read_copies, stall_shares
-from gcdoctor.rules._offload import CpuLoad, link_peak, ms, pct, steps_in, window
+from gcdoctor.facts.offload import OffloadVariant, read_copies, stall_shares
+from gcdoctor.rules._offload import CpuLoad, link_peak, ms, pct, steps_in
 
 CAUSE_PAGEABLE = "pageable copies"
 CAUSE_LINK = "a saturated link"
@@ -238,6 +238,9 @@ class OffloadStallRule(Rule):
         """A bare trace ("all"), or the profiled steps of a watched run ("watch/<trace>")."""
         tm = facts.trace[key]
         subject = "trace" if key == "all" else key
+        if tm.setup_only:
+            return [self.inconclusive(f"the trace holds only one-time setup ({tm.setup_reason})",
+                                      subject=subject if key != "all" else "")]
         st = stall_shares(tm)
         if st is None:
             return [self.inconclusive(f"the trace has no device metrics ({tm.device_unavailable or 'no device ops'})",
@@ -250,19 +253,16 @@ class OffloadStallRule(Rule):
                                 "the device time", [Evidence("host-device copy time", ms(c.time_us, steps),
                                                              "ms/step" if steps else "ms in the trace")],
                                 subject=subject if key != "all" else "")]
-        r = StallReading(subject=subject, stall_share=st.stall_share, exposed_copy_share=st.exposed_copy_share,
-                         host_wait_share=st.host_wait_share, per_step=steps is not None,
+        # the stall is the copies alone; idle waiting on the host is the host rules' (GC021-GC025)
+        r = StallReading(subject=subject, stall_share=st.exposed_copy_share, exposed_copy_share=st.exposed_copy_share,
+                         host_wait_share=0.0, per_step=steps is not None,
                          copy_ms=ms(c.time_us, steps), exposed_copy_ms=ms(c.exposed_us, steps),
                          h2d_bytes=c.h2d_bytes / (steps or 1), d2h_bytes=c.d2h_bytes / (steps or 1),
                          pageable_share=c.pageable_share, h2d_copy_gbs=c.bandwidth_gbs("HtoD"),
                          d2h_copy_gbs=c.bandwidth_gbs("DtoH"), peak_gbs=link_peak(facts), telemetry=False)
-        opt = window(facts, key, "optimizer")
-        if opt is not None and opt.wall_us and tm.wall_us:
-            r.optimizer_share = opt.wall_us / tm.wall_us
-            r.optimizer_share_source = "host time of the optimizer ranges over the trace"
-            r.optimizer_device_busy_share = device_busy_share(opt)
-        r.notes.append("Telemetry unavailable (a bare trace): judged on the trace alone." if key == "all" else
-                       "Judged on the watched run's profiled steps (their trace).")
+        r.notes.append(("Telemetry unavailable (a bare trace): judged on the trace alone." if key == "all" else
+                        "Judged on the watched run's profiled steps (their trace).")
+                       + " Device idle waiting on the host is not an offload stall: GC021-GC025 judge it by its cause.")
         return [self._judge(r, t)]
 
     # -- judgement -----------------------------------------------------------------------------
@@ -278,8 +278,9 @@ class OffloadStallRule(Rule):
         over = " more than without offload" if r.reference_stall_share is not None else ""
         headline = (f"{r.subject}: the device stalls on the offload {pct(share):.0f}% of {unit}{over} "
                     f"({', '.join(causes)})")
-        parts = [f"Exposed host-device copies take {pct(r.exposed_copy_share):.0f}% of the device window and the "
-                 f"device waits for the host another {pct(r.host_wait_share):.0f}%."]
+        parts = [f"Exposed host-device copies take {pct(r.exposed_copy_share):.0f}% of the device window"
+                 + (f" and the device waits for the host another {pct(r.host_wait_share):.0f}%." if r.host_wait_share
+                    else ".")]
         if r.reference_stall_share is not None:
             parts.append(f"Layer checkpointing without offload stalls {pct(r.reference_stall_share):.0f}%.")
         parts += [_explain(c, r) for c in causes]

@@ -158,10 +158,11 @@ def test_bare_trace_pinned_copies_below_the_link_peak_are_merely_not_overlapped(
     assert v.recommendation.startswith("copies not overlapped with compute: overlap the copies with compute")
 
 
-def test_bare_trace_host_optimizer_is_found_without_telemetry():
+def test_bare_trace_host_optimizer_is_not_an_offload_stall():
+    # on a bare trace an offload stall is only ever copies: the host-wait idle is GC021's
     v = judge(bare("hostopt"))["trace"]
-    assert v.headline == "trace: the device stalls on the offload 65% of the step (a host-bound optimizer step)"
-    assert "the device is busy only 15% of it" in v.explanation
+    assert v.status == "passed"
+    assert v.headline == "trace: the offload stalls the device 5% of the step, below 10%"
 
 
 @pytest.mark.parametrize("name", ["overlapped", "clean"])

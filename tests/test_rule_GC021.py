@@ -46,19 +46,24 @@ def test_inconclusive_on_the_recorded_cpu_run():
 
 
 def test_bare_trace_host_optimizer_fires_on_the_trace_alone():
+    # the optimizer's host time is inside ops (1940 of 2025 us): the host dispatching, not Python
     v = judge(bare("hostopt"))["trace"]
-    assert (v.status, v.severity) == ("fired", "warning")
-    assert v.headline == "trace: the device waits on a saturated host 60% of the step, mostly in the optimizer step"
+    assert (v.status, v.severity) == ("fired", "critical")
+    assert v.headline == ("trace: the device waits on the host dispatching ops 61% of the step, mostly in the "
+                          "optimizer step")
     ev = {e.label: e.value for e in v.evidence}
-    assert ev["telemetry"] == "unavailable (a bare trace): judged on the trace alone"
-    assert round(ev["host time inside CPU ops (sync calls excluded)"], 1) == 95.8  # 1940 of 2025 us
+    assert ev["device idle, dispatch"] == pytest.approx(0.6125)  # ms per steady step
+    assert ev["window judged"].startswith("2 steady-state profiler step(s)")
 
 
-def test_bare_trace_idle_host_is_not_host_bound():
+def test_bare_trace_idle_host_is_python_not_dispatch():
+    # the host outside any op while the device waits: GC025's (Python between ops), not GC021's
     (v,) = judge(bare("hostwait")).values()
     assert v.status == "passed"
-    assert v.headline == ("trace: the device waits on the host 61% of the time, but the host is not saturated "
-                          "(waiting on something else: I/O, a lock, another process)")
+    assert v.headline == "trace: dispatching ops idles the device 2% of the steady-state time"
+    (p,) = evaluate(bare("hostwait"), [BY_CODE["GC025"]])
+    assert p.status == "fired"
+    assert p.headline == "trace: the device waits on Python between ops 61% of the step, mostly in the optimizer step"
 
 
 @pytest.mark.parametrize("name", ["clean", "pageable", "overlapped"])
@@ -71,7 +76,7 @@ def test_fires_on_the_zero_offload_variant_with_a_saturated_cpu(offload_gpu_like
     verdicts = judge(offload_gpu_like({**CLEAN, ZERO2: "hostopt"}, {ZERO2: BUSY}))
     assert list(verdicts) == [f"offload/{ZERO2}"]
     v = verdicts[f"offload/{ZERO2}"]
-    assert v.headline.endswith("60% of the step, mostly in the optimizer step")
+    assert v.headline.endswith("dispatching ops 61% of the step, mostly in the optimizer step")
     assert "see GC020" in v.explanation
     ev = {e.label: e.value for e in v.evidence}
     assert ev["process CPU mean (100 = one core)"] == 190.0
@@ -88,7 +93,7 @@ def test_silent_when_no_variant_waits_on_the_host(offload_gpu_like):
 
 
 def test_threshold_override_silences_it(offload_gpu_like):
-    (v,) = judge(offload_gpu_like({**CLEAN, ZERO2: "hostopt"}, {ZERO2: BUSY}), min_host_wait_share=0.7).values()
+    (v,) = judge(offload_gpu_like({**CLEAN, ZERO2: "hostopt"}, {ZERO2: BUSY}), min_share=0.7).values()
     assert v.status == "passed"
 
 

@@ -25,7 +25,7 @@ def test_environment_comes_from_device_properties_and_versions():
 
 def test_trace_metrics_are_keyed_by_window_and_readable_by_dotted_path():
     facts = facts_from_trace(HANDMADE)
-    assert list(facts.trace) == ["all", "step:5", "forward", "backward", "recompute"]
+    assert list(facts.trace) == ["all", "steady", "step:5", "forward", "backward", "recompute"]
     assert facts.trace["all"].source == "handmade-trace.json"
     assert facts.get("trace.all.idle_host_wait_us") == 16.5
     assert facts.get("trace.recompute.busy_us") == 19.997

@@ -163,6 +163,8 @@ def test_events_with_unexpected_types_are_skipped_not_fatal(tmp_path, decoder):
     assert [t.names[i] for i in t.cpu_ops.name_id] == ["odd ids", "plain"]
     assert t.cpu_ops.start_ns.tolist() == [5250, 7000]
     assert t.cpu_ops.tid.tolist() == [-1, 1]  # a string thread id gets a stable negative id
+    assert t.dropped == {"no numeric ts": 1}  # never placed at 0, and said
+    assert "1 with no numeric ts (first: cpu_op event 'no time')" in t.dropped_note()
 
 
 def test_cpu_only_trace_has_no_device_tables():

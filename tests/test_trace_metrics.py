@@ -50,8 +50,9 @@ def metrics():
 
 
 def test_windows_are_the_trace_the_step_and_each_label(metrics):
-    assert list(metrics) == ["all", "step:5", "forward", "backward", "recompute"]
-    assert [m.window_source for m in metrics.values()] == ["trace", "profiler_step", "labels", "labels", "labels"]
+    assert list(metrics) == ["all", "steady", "step:5", "forward", "backward", "recompute"]
+    assert [m.window_source for m in metrics.values()] == ["trace", "steady_steps", "profiler_step", "labels", "labels",
+                                                             "labels"]
 
 
 def test_device_busy_and_idle_split(metrics):

@@ -99,7 +99,7 @@ def test_facts_from_every_sample_survive_a_json_round_trip(sample):
 def test_cpu_sample_windows_and_labels():
     t = load_trace(CPU_SAMPLE)
     m = compute_metrics(t)
-    assert list(m) == ["all", "step:1", "step:2", "forward", "loss", "backward", "recompute", "optimizer",
+    assert list(m) == ["all", "steady", "step:1", "step:2", "forward", "loss", "backward", "recompute", "optimizer",
                        "ckpt-forward"]
     # 2 checkpointed layers x 2 steps: 4 recompute ranges and 4 checkpointed forwards
     assert (m["recompute"].range_count, m["ckpt-forward"].range_count, m["forward"].range_count) == (4, 4, 2)

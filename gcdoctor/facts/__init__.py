@@ -19,7 +19,7 @@ from gcdoctor.facts.offload import OffloadFacts
 from gcdoctor.facts.serde import from_dict, to_dict
 from gcdoctor.facts.sweep import Measurement, SearchTrial, SweepFacts
 from gcdoctor.facts.telemetry import SeriesSummary, TelemetryFacts
-from gcdoctor.facts.trace import TraceMetrics
+from gcdoctor.facts.trace import RankSummary, TraceMetrics
 from gcdoctor.facts.watch import WatchFacts
 
 SCHEMA_VERSION = 1
@@ -116,6 +116,7 @@ class Facts:
     jitter: JitterFacts | None = None
     watch: WatchFacts | None = None
     monitor: MonitorFacts | None = None  # gcdoctor monitor: telemetry windows of another process's job
+    ranks: RankSummary | None = None  # gcdoctor analyze DIR of per-rank traces: the cross-rank summary
     unavailable: dict[str, str] = field(default_factory=dict)  # dotted path -> why not measured
 
     def get(self, path: str) -> Any:

@@ -111,6 +111,7 @@ def bottom_line(verdicts: list[Verdict], title: str, problems: list[str] | None 
     config = [v for v in ordered if v.scope != EXPERIMENT and v.topic != PRESCRIPTION]
     fired = [v for v in config if v.status in ("fired", "error")]
     passed = [v for v in config if v.status == "passed" and v.line]
+    passed_quiet = [v for v in config if v.status == "passed" and not v.line]
     prescription = [v for v in ordered if v.topic == PRESCRIPTION and (v.status != "inconclusive" or v.line)]
     experiments = [v for v in ordered if v.scope == EXPERIMENT]
     errors = [v for v in experiments if v.status == "error"]
@@ -130,8 +131,13 @@ def bottom_line(verdicts: list[Verdict], title: str, problems: list[str] | None 
     for v in findings:
         blocks.append(("dev", _wrap("dev", _text(v), (v.code, v.subject), width)))
     if not fired and not errors and not problems and not passed:
-        blocks.insert(0, ("healthy", [Row("?", "nothing about your configuration could be judged from what "
-                                              "was measured")]))
+        if passed_quiet:  # rules that passed without a line of their own: say they did
+            codes = ", ".join(sorted({v.code for v in passed_quiet}))
+            blocks.insert(0, ("healthy", _wrap("ok", f"no problem found in what you train: {codes} passed", None,
+                                               width)))
+        else:
+            blocks.insert(0, ("healthy", [Row("?", "nothing about your configuration could be judged from what "
+                                                  "was measured")]))
 
     budget = max_lines - 2  # the title, and the pointer to the rest
     shown: list[tuple[str, list[Row]]] = []

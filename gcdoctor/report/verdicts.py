@@ -64,7 +64,10 @@ def environment_rows(facts: Facts) -> list[tuple[str, str]]:
              ("device memory", format_value(e.total_memory_bytes, "bytes")), ("driver", e.driver),
              ("runtime", e.runtime), ("torch", e.torch), ("transformers", e.transformers), ("deepspeed", e.deepspeed),
              ("torch_musa", e.torch_musa), ("python", e.python), ("gcdoctor", e.gcdoctor)]
-    if e.host or e.cpu_count or e.host_memory_bytes:
+    bare = st.command == "analyze" and m is None  # a bare trace: only what the trace holds
+    if bare and e.host:
+        rows.append(("host", e.host))
+    elif not bare and (e.host or e.cpu_count or e.host_memory_bytes):
         rows.append(("host", ", ".join(x for x in (e.host, f"{e.cpu_count} CPUs" if e.cpu_count else "",
                                                    format_value(e.host_memory_bytes, "bytes")
                                                    if e.host_memory_bytes else "") if x)))
@@ -76,9 +79,11 @@ def environment_rows(facts: Facts) -> list[tuple[str, str]]:
     if rates or e.device_kind not in ("", "cpu"):
         rows.append(("peak rates", rates or "unknown for this device"))
     settings = settings_text(facts)
-    rows.append(("settings", settings or "not recorded in a bare trace"))
+    if settings:
+        rows.append(("settings", settings))
     wall = f", wall {st.wall_s} s" if st.wall_s is not None else ""
-    rows.append(("run", f"{st.command}" + (f", started {st.started_at}" if st.started_at else "") + wall
+    rows.append(("run", ("analyze of a profiler trace" if bare else st.command)
+                 + (f", started {st.started_at}" if st.started_at else "") + wall
                  + (", INTERRUPTED: partial results" if st.interrupted else "")
                  + (f", error: {st.error}" if st.error else "")))
     rows += [(f"not measured: {k}", v) for k, v in sorted(facts.unavailable.items())]

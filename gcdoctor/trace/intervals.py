@@ -98,8 +98,11 @@ class Cover:
     short gaps.
     """
 
-    def __init__(self, starts: np.ndarray, ends: np.ndarray, launch_ns: np.ndarray, short_ns: int):
+    def __init__(self, starts: np.ndarray, ends: np.ndarray, launch_ns: np.ndarray, short_ns: int,
+                 tags: np.ndarray | None = None):
+        """tags: a value per op (the launch thread), kept for the op opening each segment (next_tag)."""
         self.short_ns = short_ns
+        self.next_tag = None
         n = len(starts)
         if n:
             # ties at the same start: the op launched first decides (the least host wait)
@@ -113,8 +116,12 @@ class Cover:
             last = np.append(first[1:] - 1, n - 1)
             self.s, self.e = s[first], reach[last]
             self.next_launch = ln[first]  # launch of the op opening each segment
+            if tags is not None:
+                self.next_tag = tags[order][first]
         else:
             self.s = self.e = self.next_launch = np.zeros(0, I64)
+            if tags is not None:
+                self.next_tag = np.zeros(0, I64)
         lengths = self.e - self.s
         self.cum = np.concatenate([[0], np.cumsum(lengths)]).astype(I64)
         # gaps: g[k] = (end of segment k-1, start of segment k), k = 0..m; the first starts at NEG,

@@ -53,28 +53,41 @@ _DEV, _RT, _CPU, _ANN, _GANN = range(5)
 _SKIP = -1
 
 
+# Categories torch.profiler (Kineto) has written across versions and vendors. Device ops: `kernel`
+# (CUDA, ROCm, XPU, MUSA, PrivateUse1), older Kineto's `Kernel`, MTIA's `mtia_ccp_events`;
+# `gpu_memcpy`/`gpu_memset` and older `Memcpy`/`Memset`. Host API calls: `<vendor>_runtime`,
+# `<vendor>_driver` (cuda, hip via cuda, musa, xpu, mtia, privateuse1, glow) and older `Runtime`.
+# Host ops: `cpu_op`, older `Operator`. `cuda_profiler_range`: CUPTI range-profiler ranges, which
+# carry no per-kernel timing (counted, so the trace can say so).
+_DEVICE_KERNEL_CATS = ("kernel", "mtia_ccp_events", "concurrent_kernel")
+_RANGE_PROFILER_CATS = ("cuda_profiler_range",)
+_PROFILER_RANGE = -2
+
+
 def _classify(cat: Any) -> tuple[int, int]:
     """(bucket, detail) of a complete event's category. Category names differ by backend
     (cuda_runtime, musa_runtime, privateuse1_runtime...), so they are matched by suffix."""
     if not isinstance(cat, str):
         return _SKIP, 0
     low = cat.lower()
-    if low == "kernel" or low.endswith("_kernel"):
+    if low in _DEVICE_KERNEL_CATS or low.endswith("_kernel"):
         return _DEV, KERNEL
     if low.endswith("memcpy"):
         return _DEV, MEMCPY
     if low.endswith("memset"):
         return _DEV, MEMSET
-    if low.endswith("_runtime"):
+    if low == "runtime" or low.endswith("_runtime"):
         return _RT, 0
-    if low.endswith("_driver"):
+    if low == "driver" or low.endswith("_driver"):
         return _RT, 1
-    if low == "cpu_op":
+    if low in ("cpu_op", "operator"):
         return _CPU, 0
     if low == "user_annotation":
         return _ANN, 0
     if low == "gpu_user_annotation":
         return _GANN, 0
+    if low in _RANGE_PROFILER_CATS:
+        return _PROFILER_RANGE, 0
     return _SKIP, 0
 
 
@@ -153,27 +166,48 @@ def _num_or_none(v: Any) -> Any:
     return v if isinstance(v, (int, float, Decimal)) and not isinstance(v, bool) else None
 
 
-def _events_from_dicts(items: list[Any]) -> list[_Ev]:
-    """Tolerant conversion of decoded JSON values into events: entries that are not objects,
-    or complete events without a numeric ts, are skipped."""
+_NAN = float("nan")
+
+
+def _id_value(v: Any) -> int | str:
+    """pid/tid: an integer or a string as written; an integral float as its integer; else 0."""
+    if isinstance(v, bool):
+        return 0
+    if isinstance(v, (int, str)):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return 0
+
+
+def _events_from_dicts(items: Any) -> list[_Ev]:
+    """Tolerant conversion of decoded JSON values into events, total over any JSON value: entries
+    that are not objects are skipped; a field of an unexpected type reads as absent (ts: None, so
+    the event is dropped and counted, never placed at 0; dur: not a number, dropped and counted)."""
     out = []
-    for d in items:
+    for d in items if isinstance(items, list) else ():
         if not isinstance(d, dict):
-            continue
-        ts = _num_or_none(d.get("ts"))
-        if ts is None:
             continue
         a = d.get("args")
         args = None
         if isinstance(a, dict):
             args = _EvArgs(_int_or_none(a.get("correlation")), _int_or_none(a.get("stream")),
                            _int_or_none(a.get("bytes")), _int_or_none(a.get("Sequence number")))
-        pid, tid = d.get("pid", 0), d.get("tid", 0)
-        out.append(_Ev(d.get("ph", ""), d.get("cat", ""), str(d.get("name", "")), ts,
-                       _num_or_none(d.get("dur")) or 0.0,
-                       pid if isinstance(pid, (int, str)) and not isinstance(pid, bool) else 0,
-                       tid if isinstance(tid, (int, str)) and not isinstance(tid, bool) else 0, args))
+        ph, cat, name = d.get("ph", ""), d.get("cat", ""), d.get("name", "")
+        if "dur" in d:
+            dur = _num_or_none(d["dur"])
+            dur = _NAN if dur is None else dur
+        else:
+            dur = 0.0
+        out.append(_Ev(ph if isinstance(ph, str) else "", cat if isinstance(cat, str) else "",
+                       name if isinstance(name, str) else str(name) if _num_or_none(name) is not None else "",
+                       _num_or_none(d.get("ts")), dur, _id_value(d.get("pid", 0)), _id_value(d.get("tid", 0)),
+                       args))
     return out
+
+
+class _Deep(Exception):
+    """A value nested deeper than the decoders recurse."""
 
 
 if msgspec is not None:
@@ -187,7 +221,7 @@ if msgspec is not None:
         ph: str = ""
         cat: str = ""
         name: str = ""
-        ts: float = 0.0
+        ts: Optional[float] = None
         dur: float = 0.0
         pid: Union[int, str] = 0
         tid: Union[int, str] = 0
@@ -197,8 +231,8 @@ if msgspec is not None:
         ph: str = ""
         cat: str = ""
         name: str = ""
-        ts: Decimal = Decimal(0)
-        dur: float = 0.0
+        ts: Optional[Decimal] = None
+        dur: Decimal = Decimal(0)
         pid: Union[int, str] = 0
         tid: Union[int, str] = 0
         args: Optional[_MArgs] = None
@@ -209,21 +243,33 @@ def _make_msgspec_decoders() -> tuple[Callable[[bytes], list], Callable[[bytes],
         return None
     fast = msgspec.json.Decoder(list[_MEvent])
     exact = msgspec.json.Decoder(list[_MExactEvent])
-    generic = msgspec.json.Decoder()
-    exact_generic = msgspec.json.Decoder(float_hook=Decimal)
+    # the lenient path reads every number that does not fit a float64 (1e400) as a Decimal
+    generic = msgspec.json.Decoder(float_hook=Decimal)
 
-    def wrap(typed, untyped):
+    json_fast, json_exact = _make_json_decoders()
+
+    def wrap(typed, fallback):
         def decode(text: bytes) -> list:
             try:
                 try:
                     return typed.decode(text)
                 except msgspec.ValidationError:  # (a DecodeError) an unexpected type: decode leniently
-                    return _events_from_dicts(untyped.decode(text))
+                    return _events_from_dicts(generic.decode(text))
             except msgspec.DecodeError as exc:
-                raise _classify_msgspec_error(str(exc), text) from None
+                err = _classify_msgspec_error(str(exc), text)
+                if isinstance(err, _Malformed) and _VALUE_LEVEL.search(err.msg):
+                    # valid JSON that msgspec refuses (a lone surrogate escape, an integer of thousands
+                    # of digits): the standard library reads it
+                    return fallback(text)
+                raise err from None
+            except RecursionError:
+                raise _Deep() from None
         return decode
 
-    return wrap(fast, generic), wrap(exact, exact_generic)
+    return wrap(fast, json_fast), wrap(exact, json_exact)
+
+
+_VALUE_LEVEL = re.compile(r"surrogate|out of range", re.I)
 
 
 _BYTE_POS = re.compile(r"\(byte (\d+)\)")
@@ -246,8 +292,11 @@ def _classify_msgspec_error(msg: str, text: bytes) -> Exception:
 
 
 def _make_json_decoders() -> tuple[Callable[[bytes], list], Callable[[bytes], list]]:
+    def parse_int(text: str) -> Any:  # no str->int digit limit (a 5,000-digit ts is a number, not a crash)
+        return int(text) if len(text) < 4000 else Decimal(text)
+
     def make(parse_float):
-        dec = json.JSONDecoder(parse_float=parse_float)
+        dec = json.JSONDecoder(parse_float=parse_float, parse_int=parse_int)
 
         def decode(text: bytes) -> list:
             try:
@@ -256,13 +305,15 @@ def _make_json_decoders() -> tuple[Callable[[bytes], list], Callable[[bytes], li
                 raise _Malformed(exc.start, "invalid UTF-8") from None
             try:
                 value = dec.decode(s)
+            except RecursionError:
+                raise _Deep() from None
             except json.JSONDecodeError as exc:
                 if exc.msg == "Extra data":  # exc.pos is the first trailing character
                     raise _Trailing(len(s[:exc.pos].rstrip().encode("utf-8"))) from None
                 if exc.pos >= len(s) - 2 or exc.msg.startswith("Unterminated string"):
                     raise _AtEnd() from None
                 raise _Malformed(len(s[:exc.pos].encode("utf-8")), exc.msg) from None
-            return _events_from_dicts(value if isinstance(value, list) else [])
+            return _events_from_dicts(value)
         return decode
 
     return make(float), make(Decimal)
@@ -338,9 +389,40 @@ class _NeedExact(Exception):
     """A float timestamp is too large to resolve nanoseconds."""
 
 
+# |ts| and dur must stay below this (about 146 years in us) so that start + dur fits int64 ns
+LIMIT_US = float(2**62 // 1000)
+_LIMIT_D = Decimal(2**62 // 1000)
+
+DROP_NO_TS = "no numeric ts"
+DROP_BAD_TS = "ts not a finite number within +-1.4e17 s"
+DROP_NEG_DUR = "negative dur"
+DROP_BAD_DUR = "dur not a finite number within 1.4e17 s"
+
+
+def _finite(v: Any) -> bool:
+    if isinstance(v, Decimal):
+        return v.is_finite() and abs(v) < _LIMIT_D
+    if isinstance(v, float):
+        return v == v and abs(v) < LIMIT_US
+    return isinstance(v, int) and abs(v) < LIMIT_US
+
+
+def _why_dropped(e: Any) -> str | None:
+    """Why a complete event cannot be placed on the timeline, or None when it can."""
+    if e.ts is None:
+        return DROP_NO_TS
+    if not _finite(e.ts):
+        return DROP_BAD_TS
+    if not _finite(e.dur):
+        return DROP_BAD_DUR
+    if e.dur < 0:
+        return DROP_NEG_DUR
+    return None
+
+
 def _ns(values: list[Any], exact: bool) -> np.ndarray:
     """Integer nanoseconds from microsecond values: floats below 2^43 us (exact for the 3-decimal
-    values torch writes), else Decimals (`exact`)."""
+    values torch writes), else Decimals (`exact`). Values are finite and within LIMIT_US."""
     if exact:
         return np.array([int((Decimal(v) * 1000).to_integral_value(ROUND_HALF_EVEN)) for v in values],
                         dtype=np.int64)
@@ -349,6 +431,17 @@ def _ns(values: list[Any], exact: bool) -> np.ndarray:
         raise _NeedExact
     whole = np.floor(f)
     return whole.astype(np.int64) * 1000 + np.rint((f - whole) * 1000).astype(np.int64)
+
+
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+
+
+def _i64(values: list[Any], default: int) -> np.ndarray:
+    """int64 column; a value beyond 64 bits reads as `default` (unknown)."""
+    try:
+        return np.array(values, dtype=np.int64)
+    except OverflowError:
+        return np.array([v if _I64_MIN <= v <= _I64_MAX else default for v in values], dtype=np.int64)
 
 
 class _Builder:
@@ -362,6 +455,9 @@ class _Builder:
         self.cols: dict[str, dict[str, list[np.ndarray]]] = {k: {} for k in ("dev", "rt", "cpu", "ann")}
         self.runtime_cats: Counter = Counter()
         self.skipped: Counter = Counter()
+        self.dropped: Counter = Counter()  # complete events of a tabled category that could not be placed
+        self.dropped_examples: dict[str, str] = {}
+        self.profiler_ranges = 0  # cuda_profiler_range events (CUPTI range profiler, no kernel timing)
         self.event_count = 0
 
     def _intern(self, names: list[str]) -> np.ndarray:
@@ -369,20 +465,51 @@ class _Builder:
         for n in set(names):
             if n not in ids:
                 ids[n] = len(self.names)
-                self.names.append(n)
+                try:
+                    n.encode("utf-8")
+                    clean = n
+                except UnicodeEncodeError:  # a lone surrogate escape ("\ud800"): no writer could encode it
+                    clean = n.encode("utf-8", "replace").decode("utf-8")
+                self.names.append(clean)
         return np.array([ids[n] for n in names], dtype=np.int32)
 
     def _ints(self, values: list[Any]) -> np.ndarray:
         try:
             return np.array(values, dtype=np.int64)
-        except (TypeError, ValueError, OverflowError):  # a string pid/tid: give it a stable negative id
+        except (TypeError, ValueError, OverflowError):
+            # a string pid/tid, or an integer beyond 64 bits: a stable negative id per distinct value
             out = []
             for v in values:
-                if isinstance(v, int):
+                if isinstance(v, int) and _I64_MIN // 2 <= v <= _I64_MAX:
                     out.append(v)
                 else:
                     out.append(self.str_ids.setdefault(str(v), -1 - len(self.str_ids)))
             return np.array(out, dtype=np.int64)
+
+    def _placeable(self, lst: list) -> list:
+        """The events of `lst` that can be placed on the timeline; the others are counted by reason."""
+        ts = [e.ts for e in lst]
+        if None not in ts:  # the common case, checked in bulk
+            try:
+                f = np.asarray(ts, dtype=np.float64)
+                d = np.asarray([e.dur for e in lst], dtype=np.float64)
+                if bool((np.abs(f) < LIMIT_US).all() and (d >= 0).all() and (d < LIMIT_US).all()):
+                    return lst
+            except (TypeError, ValueError, OverflowError):
+                pass
+        why = [_why_dropped(e) for e in lst]
+        if not any(why):
+            return lst
+        keep = []
+        for e, w in zip(lst, why):
+            if w is None:
+                keep.append(e)
+            else:
+                self.dropped[w] += 1
+                if w not in self.dropped_examples:
+                    name = e.name if len(e.name) <= 80 else e.name[:77] + "..."
+                    self.dropped_examples[w] = f"{e.cat} event {name!r}"
+        return keep
 
     def _put(self, table: str, **cols: np.ndarray) -> None:
         t = self.cols[table]
@@ -392,6 +519,14 @@ class _Builder:
     def add(self, events: list, exact: bool) -> None:
         """Table one decoded chunk. Raises _NeedExact (and keeps nothing) when a float timestamp
         is too large to hold nanoseconds; the caller then decodes the chunk with Decimals."""
+        dropped, examples, ranges = self.dropped.copy(), dict(self.dropped_examples), self.profiler_ranges
+        try:
+            self._add(events, exact)
+        except _NeedExact:
+            self.dropped, self.dropped_examples, self.profiler_ranges = dropped, examples, ranges
+            raise
+
+    def _add(self, events: list, exact: bool) -> None:
         by_cat: dict[Any, list] = {}
         for e in events:
             if e.ph == "X":
@@ -407,8 +542,13 @@ class _Builder:
             k = self.cats.get(c)
             if k is None:
                 k = self.cats[c] = _classify(c)
+            if k[0] == _PROFILER_RANGE:
+                self.profiler_ranges += len(lst)
             if k[0] < 0:
                 skipped[c] += len(lst)
+                continue
+            lst = self._placeable(lst)
+            if not lst:
                 continue
             buckets[k[0]].extend(lst)
             kinds[k[0]].append(np.full(len(lst), k[1], dtype=np.int8))
@@ -420,33 +560,32 @@ class _Builder:
             args = [e.args for e in dev]
             staged.append(("dev", dict(
                 kind=np.concatenate(kinds[_DEV]),
-                start_ns=_ns([e.ts for e in dev], exact), dur_ns=_ns([e.dur for e in dev], False),
+                start_ns=_ns([e.ts for e in dev], exact), dur_ns=_ns([e.dur for e in dev], exact),
                 device=self._ints([e.pid for e in dev]),
                 stream=self._ints([a.stream if a is not None and a.stream is not None else e.tid
                                    for a, e in zip(args, dev)]),
-                correlation=np.array([a.correlation if a is not None and a.correlation is not None else -1
-                                      for a in args], dtype=np.int64),
-                nbytes=np.array([a.nbytes if a is not None and a.nbytes is not None else -1 for a in args],
-                                dtype=np.int64),
+                correlation=_i64([a.correlation if a is not None and a.correlation is not None else -1
+                                  for a in args], -1),
+                nbytes=_i64([a.nbytes if a is not None and a.nbytes is not None else -1 for a in args], -1),
                 name_id=self._intern([e.name for e in dev]))))
         if rt:
             staged.append(("rt", dict(
-                start_ns=_ns([e.ts for e in rt], exact), dur_ns=_ns([e.dur for e in rt], False),
+                start_ns=_ns([e.ts for e in rt], exact), dur_ns=_ns([e.dur for e in rt], exact),
                 tid=self._ints([e.tid for e in rt]),
-                correlation=np.array([e.args.correlation if e.args is not None and e.args.correlation is not None
-                                      else -1 for e in rt], dtype=np.int64),
+                correlation=_i64([e.args.correlation if e.args is not None and e.args.correlation is not None
+                                  else -1 for e in rt], -1),
                 name_id=self._intern([e.name for e in rt]),
                 driver=np.concatenate(kinds[_RT]) == 1)))
         if cpu:
             staged.append(("cpu", dict(
-                start_ns=_ns([e.ts for e in cpu], exact), dur_ns=_ns([e.dur for e in cpu], False),
+                start_ns=_ns([e.ts for e in cpu], exact), dur_ns=_ns([e.dur for e in cpu], exact),
                 tid=self._ints([e.tid for e in cpu]), name_id=self._intern([e.name for e in cpu]),
                 seq=np.array([e.args.seq if e.args is not None and e.args.seq is not None else -1
                               for e in cpu], dtype=np.int64))))
         for group, on_dev in ((ann, False), (gann, True)):
             if group:
                 staged.append(("ann", dict(
-                    start_ns=_ns([e.ts for e in group], exact), dur_ns=_ns([e.dur for e in group], False),
+                    start_ns=_ns([e.ts for e in group], exact), dur_ns=_ns([e.dur for e in group], exact),
                     pid=self._ints([e.pid for e in group]), tid=self._ints([e.tid for e in group]),
                     name_id=self._intern([e.name for e in group]),
                     on_device=np.full(len(group), on_dev, dtype=np.bool_))))
@@ -479,15 +618,27 @@ class _Builder:
         if len(ops):
             self._copy_columns(ops)
             ops.launch = _join_launches(ops.correlation, runtime.correlation)
-        kind = None
-        if self.runtime_cats:
-            cat = self.runtime_cats.most_common(1)[0][0]
-            kind = cat.lower().rsplit("_", 1)[0] or None
-        elif len(ops):
-            kind = "unknown"
         return TraceTables(path=path, names=self.names, ops=ops, runtime=runtime, cpu_ops=cpu_ops, ranges=ranges,
-                           metadata=metadata, device_kind=kind, event_count=self.event_count,
-                           skipped=dict(self.skipped))
+                           metadata=metadata, device_kind=self._device_kind(runtime, len(ops)),
+                           event_count=self.event_count, skipped=dict(self.skipped), dropped=dict(self.dropped),
+                           dropped_examples=dict(self.dropped_examples), profiler_ranges=self.profiler_ranges)
+
+    def _device_kind(self, runtime: RuntimeCalls, n_ops: int) -> str | None:
+        """The prefix of the most frequent runtime category ("cuda_runtime" -> "cuda"); ROCm writes
+        cuda_runtime with hip* call names, so those read "rocm"; older Kineto's plain `Runtime`
+        reads from the call names too. None without runtime calls and device ops (CPU-only)."""
+        if not self.runtime_cats:
+            return "unknown" if n_ops else None
+        cat = self.runtime_cats.most_common(1)[0][0].lower()
+        kind = cat.rsplit("_", 1)[0] if "_" in cat else ""
+        if kind in ("cuda", ""):
+            ids, counts = np.unique(runtime.name_id, return_counts=True)
+            top = self.names[int(ids[np.argmax(counts)])].lower() if len(ids) else ""
+            if top.startswith("hip"):
+                return "rocm"
+            if not kind:
+                kind = "cuda" if top.startswith("cu") else "unknown"
+        return kind
 
     def _copy_columns(self, ops: DeviceOps) -> None:
         copies = np.flatnonzero(ops.kind != KERNEL)
@@ -631,6 +782,8 @@ def _load(path: Path, reader: _Reader, fast: Callable, exact: Callable, block: i
             if not reader.eof:
                 raise UserError(f"{path}: malformed JSON after traceEvents (over 64 MB of trailing data)")
             break
+        except _Deep:
+            raise UserError(f"{path}: {_deep_event(text, builder.event_count)}") from None
         except _AtEnd:
             if final:
                 raise UserError(f"{path}: truncated trace (the traceEvents array is not closed)") from None
@@ -659,3 +812,38 @@ def _add(builder: _Builder, events: list, text: bytes, exact: Callable) -> None:
         builder.add(events, exact=False)
     except _NeedExact:
         builder.add(exact(text), exact=True)
+
+
+MAX_DEPTH = 64  # deeper than any field torch writes; past the decoders' recursion it is refused
+
+
+def _deep_event(text: bytes, before: int) -> str:
+    """The one-line refusal of a chunk holding a value nested too deeply to decode: which event
+    (its index in traceEvents and its name) and which top-level field."""
+    depth, index, in_str, esc, key_start, last_key, start = 0, before - 1, False, False, -1, "", 0
+    for i, ch in enumerate(text):
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == 0x5C:  # backslash
+                esc = True
+            elif ch == 0x22:
+                in_str = False
+                if depth == 2 and key_start >= 0:
+                    last_key = text[key_start:i].decode("utf-8", "replace")
+            continue
+        if ch == 0x22:
+            in_str = True
+            key_start = i + 1 if depth == 2 else -1
+        elif ch in (0x7B, 0x5B):  # { [
+            depth += 1
+            if depth == 2:
+                index, start, last_key = index + 1, i, ""
+            if depth > MAX_DEPTH:
+                m = re.search(rb'"name"\s*:\s*"((?:[^"\\]|\\.){0,80})', text[start:])
+                name = f" ({m.group(1).decode('utf-8', 'replace')!r})" if m else ""
+                return (f"event {index} of traceEvents{name}: field {last_key!r} is nested more than "
+                        f"{MAX_DEPTH} levels deep, too deep to decode")
+        elif ch in (0x7D, 0x5D):
+            depth -= 1
+    return "a value in traceEvents is nested too deeply to decode"

@@ -12,10 +12,28 @@ from gcdoctor.trace import intervals as iv
 from gcdoctor.trace.tables import (
     COPY_DIRECTIONS, HOST_MEM_PAGEABLE, HOST_MEM_PINNED, KERNEL, MEMCPY, MEMSET, TraceTables,
 )
-from gcdoctor.trace.windows import Window, find_windows
+from gcdoctor.trace.hostidle import HostIdleAnalyzer, classify_steps
+from gcdoctor.trace.windows import STEADY, WARMUP, Window, WindowFinder, find_windows
 
 SHORT_GAP_US = 30.0  # HTA's consecutive_kernel_delay default (REFERENCES.md section 5)
 CPU_ONLY = "the trace has no device events (a CPU-only profile)"
+RANGE_PROFILER_ONLY = ("the trace holds CUPTI range-profiler ranges (cuda_profiler_range) but no per-kernel "
+                       "timing: it was recorded with the range profiler, which measures counters over ranges, not "
+                       "kernels; record with ProfilerActivity.CUDA for kernel timing")
+# a trace without step markers is called setup when this share of its device window idles in setup
+# calls: one-time setup then dominates and nothing separates a steady state from it (the H200 setup
+# recording: 20%; steady training steps: 0-6%, samples/traces/h200-host)
+SETUP_ONLY_SHARE = 0.15
+
+
+def device_unavailable_reason(t: TraceTables) -> str:
+    """Why a trace without device ops has no device metrics, in its own terms."""
+    if t.profiler_ranges:
+        return RANGE_PROFILER_ONLY
+    if len(t.runtime):
+        return ("the trace has runtime calls but no device events (kernel, memcpy, memset): the device "
+                "activities were not recorded")
+    return CPU_ONLY
 
 
 def _us(ns: float | int | None) -> float | None:
@@ -58,7 +76,10 @@ class _DeviceView:
         if len(rt):
             self.l_start[self.joined] = rt.start_ns[launch[self.joined]]
             self.l_dur[self.joined] = rt.dur_ns[launch[self.joined]]
-        self.all = iv.Cover(self.s, self.e, self.l_start, short_ns)
+        l_tid = np.full(len(launch), -1, dtype=np.int64)
+        if len(rt):
+            l_tid[self.joined] = rt.tid[launch[self.joined]]
+        self.all = iv.Cover(self.s, self.e, self.l_start, short_ns, tags=l_tid)
         k = self.kind == KERNEL
         self.kernels = iv.Cover(self.s[k], self.e[k], self.l_start[k], short_ns)
         self.streams = {}
@@ -177,7 +198,7 @@ def _host_metrics(m: TraceMetrics, h: _HostView, w: Window) -> None:
 
 def available_windows(tables: TraceTables) -> list[str]:
     """Names of the windows compute_metrics can report for this trace."""
-    return [w.name for w in find_windows(tables, primary_device(tables))]
+    return [w.name for w in find_windows(tables, primary_device(tables))]  # (steady/warm-up: compute_metrics)
 
 
 def compute_metrics(tables: TraceTables, windows: Iterable[str] | None = None, *,
@@ -187,29 +208,90 @@ def compute_metrics(tables: TraceTables, windows: Iterable[str] | None = None, *
     names ("steps" stands for every step window); unknown names are ignored."""
     t = tables
     dev = primary_device(t)
-    found = find_windows(t, dev)
+    finder = WindowFinder(t, dev)
+    found = find_windows(t, dev, finder)
+    short_ns = int(round(short_gap_us * 1000))
+    view = _DeviceView(t, dev, short_ns) if dev is not None else None
+    analyzer = HostIdleAnalyzer(t, dev, short_ns, busy=view.all) if view is not None else None
+    steps = t.profiler_steps()
+    steady: list[int] = []
+    warm: list[int] = []
+    why = ""
+    if steps and analyzer is not None:
+        steady, warm, why = classify_steps(analyzer, steps)
+    elif steps:
+        steady = list(steps)
+    if steps and steady:
+        found.insert(1, finder.step_group(STEADY, "steady_steps", [steps[n] for n in steady]))
+    if warm:
+        found.insert(1, finder.step_group(WARMUP, "warmup_steps", [steps[n] for n in warm]))
     recompute = next((w for w in found if w.name == "recompute"), None)
     if windows is not None:
         want = set(windows)
         found = [w for w in found if w.name in want or ("steps" in want and w.name.startswith("step:"))]
-    short_ns = int(round(short_gap_us * 1000))
-    view = _DeviceView(t, dev, short_ns) if dev is not None else None
     host = _HostView(t)
     src = source if source is not None else str(t.path)
     notes = []
     if dev is not None and len(np.unique(t.ops.device)) > 1:
         notes.append(f"the trace has {len(np.unique(t.ops.device))} devices; device metrics describe "
                      f"device {dev}, the one with the most op time")
+    dropped = t.dropped_note()
+    if dropped:
+        notes.append(dropped)
+    steady_iv = None
+    if steps and steady:
+        steady_iv = iv.merge(np.array([steps[n][0] for n in steady], dtype=np.int64),
+                             np.array([steps[n][1] for n in steady], dtype=np.int64))
     out: dict[str, TraceMetrics] = {}
     for w in found:
         m = TraceMetrics(source=src, window=w.name, device_kind=t.device_kind, window_source=w.source,
                          range_count=w.range_count, short_gap_threshold_us=short_gap_us, notes=list(notes))
         _host_metrics(m, host, w)
         if view is None:
-            m.device_unavailable = CPU_ONLY
+            m.device_unavailable = device_unavailable_reason(t)
         else:
             m.device = dev
             _device_metrics(m, view, w, recompute)
+            m.host_idle = _host_idle(analyzer, w, steady_iv, len(steady) if w.name == STEADY else
+                                     len(warm) if w.name == WARMUP else 0, bool(steps))
+        if w.source == "profiler_step":
+            m.step_phase = "warm-up" if int(w.name.split(":", 1)[1]) in warm else "steady"
+        if w.name == "all":
+            m.steady_steps, m.warmup_steps = steady, warm
+            _setup_only(m, steps, steady, why)
         out[w.name] = m
     return out
+
+
+def _host_idle(an: HostIdleAnalyzer, w: Window, steady_iv: tuple[np.ndarray, np.ndarray] | None, steps: int,
+               has_steps: bool):
+    """The host-cause split of a window's idle over its host intervals; label windows count only
+    their time inside the steady-state steps (when the trace has steps). The whole trace of a trace
+    without steps is read from its first to its last device op: the host's work before any device
+    op (building the model, reading data) is not the device waiting."""
+    h0, h1 = w.host0, w.host1
+    if w.source == "trace" and not has_steps:
+        h0, h1 = w.dev0, w.dev1
+    if w.source in ("labels", "gpu_annotation", "torch_optimizer", "recompute_inferred") and steady_iv is not None:
+        h0, h1 = iv.intersect(h0, h1, *steady_iv)
+    return an.analyze(h0, h1, steps)
+
+
+def _setup_only(m: TraceMetrics, steps: dict, steady: list[int], why: str) -> None:
+    if steps:
+        m.setup_only = not steady
+        if not steady:
+            m.setup_reason = f"every profiled step is warm-up or one-time setup ({why})"
+        elif why:
+            m.setup_reason = f"warm-up reported apart: {why}"
+        return
+    h = m.host_idle
+    if h is None or not h.window_us:
+        return
+    share = h.setup_us / h.window_us
+    m.setup_only = share >= SETUP_ONLY_SHARE
+    if m.setup_only:
+        m.setup_reason = (f"no profiler steps, and {100 * share:.0f}% of the traced time the device idles while "
+                          "the host is in allocator, module-loading or initialisation calls: one-time setup, with "
+                          "no step markers to separate a steady state from it")
 

@@ -136,6 +136,18 @@ class TraceTables:
     device_kind: str | None = None  # "cuda", "musa", ... from the runtime categories; None: CPU-only
     event_count: int = 0  # all entries of traceEvents
     skipped: dict[str, int] = field(default_factory=dict)  # complete events not tabled, by category
+    dropped: dict[str, int] = field(default_factory=dict)  # events of a tabled category not placeable, by reason
+    dropped_examples: dict[str, str] = field(default_factory=dict)  # reason -> the first such event
+    profiler_ranges: int = 0  # cuda_profiler_range events (CUPTI range profiler: no per-kernel timing)
+
+    def dropped_note(self) -> str | None:
+        """One sentence saying which events could not be placed on the timeline, or None."""
+        if not self.dropped:
+            return None
+        parts = [f"{n:,} with {why} (first: {self.dropped_examples.get(why, '?')})"
+                 for why, n in sorted(self.dropped.items(), key=lambda kv: -kv[1])]
+        return (f"{sum(self.dropped.values()):,} events could not be placed on the timeline and were left out: "
+                + "; ".join(parts))
 
     @property
     def device_properties(self) -> list[dict[str, Any]]:

@@ -99,8 +99,14 @@ class WindowFinder:
         for n, (a, b) in self.t.profiler_steps().items():
             h0, h1 = np.array([a]), np.array([b])
             d0, d1 = self._by_correlation(h0, h1)
-            out.append(Window(f"step:{n}", "profiler_step", h0, h1, d0, d1, 1))
+            out.append(Window(step_window(n), "profiler_step", h0, h1, d0, d1, 1))
         return out
+
+    def step_group(self, name: str, source: str, spans: list[tuple[int, int]]) -> Window:
+        """One window over several profiler steps (the steady-state steps, the warm-up steps)."""
+        h0, h1 = iv.merge(np.array([a for a, _ in spans], dtype=np.int64), np.array([b for _, b in spans], dtype=np.int64))
+        d0, d1 = self._by_correlation(h0, h1)
+        return Window(name, source, h0, h1, d0, d1, len(spans))
 
     def recompute_hook(self) -> Window | None:
         """Recompute found without `gcdoctor/recompute` labels (gcdoctor.trace.recompute, where
@@ -162,9 +168,18 @@ class WindowFinder:
         return Window(name, source, h0, h1, d0, d1, len(ci) if len(ci) else len(dev_idx))
 
 
-def find_windows(t: TraceTables, device: int | None) -> list[Window]:
+STEP_PREFIX = "step:"
+STEADY, WARMUP = "steady", "warm-up"
+
+
+def step_window(n: int) -> str:
+    """The window name of profiler step n (its part of a TraceKey)."""
+    return f"{STEP_PREFIX}{n}"
+
+
+def find_windows(t: TraceTables, device: int | None, finder: WindowFinder | None = None) -> list[Window]:
     """The windows of a trace, with device intervals of `device` (None: CPU-only)."""
-    f = WindowFinder(t, device)
+    f = finder if finder is not None else WindowFinder(t, device)
     labels = f.labels()
     if not any(w.name == "recompute" for w in labels):
         rec = f.recompute_hook()

@@ -1,0 +1,150 @@
+"""Shared reading of the host rules (GC021-GC026): for every profiled run (or a bare trace) the
+steady-state window, its device idle split by host cause (facts.trace HostIdle), and the base of a
+rule that judges one cause. Each cause's idle time is judged by exactly one rule; the share that
+lies inside checkpointed regions is GC010's (granularity), and copies are GC020's."""
+from __future__ import annotations
+
+from gcdoctor.engine import CONFIGURATION, Evidence, Rule, Verdict
+from gcdoctor.facts import Facts
+from gcdoctor.facts.trace import HostIdle, JudgedWindow, TraceKey, judged_window, trace_window
+from gcdoctor.rules._offload import PHASES, STEP_PROBES
+from gcdoctor.rules._scope import probe_of, scope_of
+
+# checkpointed regions: their dispatch and Python idle is checkpoint granularity (GC010)
+CKPT_WINDOWS = ("ckpt-forward", "recompute")
+PHASE_WORDS = {"optimizer": "the optimizer step", "forward": "the forward", "loss": "the loss",
+               "ckpt-forward": "checkpointed forwards", "backward": "the backward", "recompute": "the recomputation"}
+
+
+def host_runs(facts: Facts) -> list[TraceKey]:
+    """Traces the host rules judge: a bare trace, or each profiled training step of a run."""
+    runs = [TraceKey.parse(k) for k in facts.trace]
+    runs = [r for r in runs if r.window == "all"]
+    if any(r.run is None for r in runs):
+        return [TraceKey(None, "all")]
+    return [r for r in runs if r.probe in STEP_PROBES]
+
+
+def subject_of(run: TraceKey) -> str:
+    return "trace" if run.run is None else run.run
+
+
+def ckpt_idle(facts: Facts, run: TraceKey, cause: str) -> float:
+    """Idle of `cause` (us) inside checkpointed regions of the steady steps: GC010 judges it."""
+    total = 0.0
+    for w in CKPT_WINDOWS:
+        m = trace_window(facts.trace, run, w)
+        if m is not None and m.host_idle is not None:
+            total += getattr(m.host_idle, f"{cause}_us")
+    return total
+
+
+def where(facts: Facts, run: TraceKey, causes: tuple[str, ...]) -> tuple[str | None, float]:
+    """The labelled phase holding most of the causes' idle, and that idle (us); None without phases."""
+    best, best_us = None, 0.0
+    for phase in PHASES:
+        m = trace_window(facts.trace, run, phase)
+        if m is None or m.host_idle is None:
+            continue
+        us = sum(getattr(m.host_idle, f"{c}_us") for c in causes)
+        if us > best_us:
+            best, best_us = phase, us
+    return best, best_us
+
+
+def per_step(us: float, jw: JudgedWindow) -> tuple[float, str]:
+    """(value, unit) of an idle time: ms per steady step, or ms over the traced time."""
+    if jw.steps:
+        return us / jw.steps / 1e3, "ms/step"
+    return us / 1e3, "ms in the trace"
+
+
+def top(d: dict[str, float], n: int = 3) -> list[tuple[str, float]]:
+    return sorted(d.items(), key=lambda kv: -kv[1])[:n]
+
+
+class HostCauseRule(Rule):
+    """Base of a rule judging one host cause of device idle over the steady-state steps."""
+
+    cause = ""  # a HostIdle cause: sync | setup | dispatch | data | python
+    what = ""  # "waits on synchronisations" (headline verb phrase)
+    requires = ()
+    defaults: dict[str, float] = {}
+
+    ckpt_is_gc010 = False  # this cause's idle inside checkpointed regions is granularity (GC010's)
+
+    def judged_us(self, facts: Facts, jw: JudgedWindow) -> float:
+        total = getattr(jw.idle, f"{self.cause}_us")
+        return max(total - ckpt_idle(facts, jw.run, self.cause), 0.0) if self.ckpt_is_gc010 else total
+
+    def start(self, facts: Facts, jw: JudgedWindow) -> tuple[float, float, str, list[Evidence]]:
+        """(idle judged in us, its share of the window, subject, the evidence every cause shows)."""
+        us = self.judged_us(facts, jw)
+        ev = self.base_evidence(jw, us)
+        ck = getattr(jw.idle, f"{self.cause}_us") - us
+        if ck > 0:
+            ev.append(Evidence("inside checkpointed regions (judged by GC010)", *per_step(ck, jw)))
+        return us, us / jw.idle.window_us, subject_of(jw.run), ev
+
+    def check(self, facts: Facts, t: dict[str, float]) -> list[Verdict]:
+        runs = host_runs(facts)
+        if not runs:
+            return [self.inconclusive("no profiled training step in the facts (the batch sweep and offload probes "
+                                      "profile theirs; or analyze a trace)")]
+        out, passed, why_not = [], [], []
+        for run in runs:
+            jw = judged_window(facts.trace, run)
+            if jw.metrics is None or jw.idle is None:
+                why_not.append(f"{subject_of(run)}: {jw.why}")
+                continue
+            if not jw.idle.window_us:
+                why_not.append(f"{subject_of(run)}: an empty window")
+                continue
+            v = self.judge(facts, jw, t)
+            key = str(jw.run)
+            v.scope, v.topic = scope_of(key), probe_of(key)
+            (out if v.status == "fired" else passed).append(v)
+        if out:
+            return out
+        if passed:
+            return passed if len(passed) == 1 else [self._all_passed(passed)]
+        return [self.inconclusive("; ".join(why_not[:3]) + ("; ..." if len(why_not) > 3 else ""),
+                                  scope=CONFIGURATION, topic="trace" if runs[0].run is None else None)]
+
+    def _all_passed(self, passed: list[Verdict]) -> Verdict:
+        v = self.passed(f"No profiled run's device {self.what} for a material share of the steady steps",
+                        [Evidence(p.subject, p.headline) for p in passed[:6]])
+        v.scope, v.topic = passed[0].scope, passed[0].topic
+        return v
+
+    def base_evidence(self, jw: JudgedWindow, us: float) -> list[Evidence]:
+        h = jw.idle
+        val, unit = per_step(us, jw)
+        ev = [Evidence(f"device idle, {self.cause}", val, unit),
+              Evidence(f"device idle, {self.cause}, share of the steady-state window", 100 * us / h.window_us, "%"),
+              Evidence("device idle, all causes, share of the window", 100 * h.idle_us / h.window_us, "%"),
+              Evidence("window judged", _window_text(jw))]
+        return ev
+
+    def judge(self, facts: Facts, jw: JudgedWindow, t: dict[str, float]) -> Verdict:
+        raise NotImplementedError
+
+    def grade(self, share: float, t: dict[str, float]) -> str | None:
+        """None below the rule's material share; critical at the critical share."""
+        if share < t["min_share"]:
+            return None
+        return "critical" if share >= t.get("critical_share", 2.0) else "warning"
+
+
+def _window_text(jw: JudgedWindow) -> str:
+    if jw.steps:
+        text = f"{jw.steps} steady-state profiler step(s), each from its ProfilerStep range start to end"
+    else:
+        text = "the whole trace (no profiler steps to separate warm-up from steady state)"
+    return text + (f"; {jw.why}" if jw.why else "")
+
+
+def idle_summary(h: HostIdle) -> str:
+    parts = [f"{c} {getattr(h, c + '_us') / 1e3:.1f} ms" for c in
+             ("sync", "setup", "dispatch", "data", "python", "unrecorded", "queued") if getattr(h, c + "_us") > 0]
+    return ", ".join(parts) or "none"
