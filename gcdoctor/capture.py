@@ -14,6 +14,7 @@ import os
 import shutil
 import statistics
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -250,13 +251,18 @@ def profile_steps(step: TrainingStep, n_steps: int, trace_path: str | Path) -> t
     trace_path.parent.mkdir(parents=True, exist_ok=True)
     records: list[StepRecord] = []
     activities = step.backend.profiler_activities()
-    with torch.profiler.profile(activities=activities, record_shapes=False, with_stack=False,
-                                profile_memory=False) as prof:
-        for _ in range(n_steps):
-            records.append(step.run())
-            prof.step()
     raw = trace_path.with_suffix("") if trace_path.suffix == ".gz" else trace_path
-    prof.export_chrome_trace(str(raw))
+    # a schedule makes torch write one ProfilerStep#N range per step (the host rules read them; torch 2.11
+    # on CUDA writes none without one); the trace is exported when its one active window closes
+    sched = torch.profiler.schedule(wait=0, warmup=0, active=n_steps, repeat=1)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
+        with torch.profiler.profile(activities=activities, record_shapes=False, with_stack=False,
+                                    profile_memory=False, schedule=sched,
+                                    on_trace_ready=lambda p: p.export_chrome_trace(str(raw))) as prof:
+            for _ in range(n_steps):
+                records.append(step.run())
+                prof.step()
     if trace_path.suffix == ".gz":
         with open(raw, "rb") as src, gzip.open(trace_path, "wb", compresslevel=5) as dst:
             shutil.copyfileobj(src, dst)
