@@ -147,10 +147,8 @@ class Facts:
 
     def save(self, path: str | Path) -> None:
         """Write atomically, so an interrupted run never leaves half a facts.json."""
-        path = Path(path)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1, sort_keys=False))
-        tmp.replace(path)
+        from gcdoctor.atomic import atomic_write_text
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=1, sort_keys=False))
 
     @classmethod
     def load(cls, path: str | Path) -> "Facts":

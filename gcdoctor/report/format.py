@@ -24,7 +24,7 @@ def pct(x: float | None, digits: int = 0) -> str:
 
 def md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     def cell(v: Any) -> str:
-        return str(v).replace("|", "\\|").replace("\n", " ")
+        return md_escape(v)
     out = ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "---|" * len(headers)]
     out += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
     return "\n".join(out)
@@ -38,13 +38,26 @@ def text_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-_CONTROL = {c: None for c in range(32) if c not in (9, 10)}
-_CONTROL[127] = None
+# -- escaping, one function per sink (HTML: gcdoctor.report.svg.esc) ----------------------------
+# C0 controls but tab and newline, DEL, the C1 controls (0x9b is a one-byte CSI on some terminals)
+# and the bidirectional overrides and isolates (text that reads differently from what it is)
+_CONTROL = {c: None for c in [*range(32), *range(0x7F, 0xA0), 0x2028, 0x2029, *range(0x202A, 0x202F),
+                              *range(0x2066, 0x206A)] if c not in (9, 10)}
 
 
-def term_safe(text: str) -> str:
-    """Text for the terminal: control characters (ESC sequences included) dropped."""
+def term_safe(text: object) -> str:
+    """Text for the terminal (console, one-line errors, the TUI): control characters (ESC
+    sequences included), C1 controls and bidi overrides dropped."""
     return str(text).translate(_CONTROL)
+
+
+term_escape = term_safe  # the name the platform code used first
+
+
+def file_name(text: object, limit: int = 80) -> str:
+    """Text for a file-name component: gcdoctor.rundir.safe_name (no separators, quotes or controls)."""
+    from gcdoctor.rundir import safe_name
+    return safe_name(str(text), limit)
 
 
 def md_escape(text: str) -> str:
