@@ -202,31 +202,36 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     return RunConfig(**kw)
 
 
-def incomplete_reasons(facts: Any, verdicts: list) -> list[str]:
+def incomplete_reasons(facts: Any, verdicts: list, live: bool = True) -> list[str]:
     """Why a run is incomplete (exit code 3): a probe that failed, a rule that crashed, a crash,
-    or a diagnose run with no recorded end (killed: SIGKILL, power loss)."""
+    a diagnose run with no recorded end (killed: SIGKILL, power loss) and, re-judged later
+    (`live` False), a run that was interrupted."""
     reasons = [f"{k}: {v}" for k, v in facts.unavailable.items() if str(v).startswith("probe failed")]
     reasons += [f"rule {v.code} crashed" for v in verdicts if v.status == "error"]
     st = facts.settings
     if st.error:
         reasons.append(f"the run crashed: {st.error}")
+    elif st.interrupted and not live:
+        reasons.append("the run was interrupted: its results are partial")
     elif st.command == "diagnose" and st.started_at and not st.finished_at and not st.interrupted:
         reasons.append("the run has no recorded end (it was killed before it finished): its results are partial")
     return reasons
 
 
-def run_exit_code(facts: Any, verdicts: list, fail_on: str | None, include_experiments: bool) -> int:
-    """The exit-code contract for a judged run (gcdoctor.errors): 130 > 3 > 1 > 0."""
+def run_exit_code(facts: Any, verdicts: list, fail_on: str | None, include_experiments: bool,
+                  live: bool = True) -> int:
+    """The exit-code contract for a judged run (gcdoctor.errors): 130 > 3 > 1 > 0. `live`: the run
+    happened in this process (diagnose), so its interruption is this command's."""
     from gcdoctor.engine import failing
-    if facts.settings.interrupted:
+    if live and facts.settings.interrupted:
         return EXIT_INTERRUPTED
-    if incomplete_reasons(facts, verdicts):
+    if incomplete_reasons(facts, verdicts, live):
         return EXIT_INCOMPLETE
     return EXIT_FAIL_ON if failing(verdicts, fail_on, include_experiments) else EXIT_OK
 
 
-def _say_incomplete(facts: Any, verdicts: list) -> None:
-    for why in incomplete_reasons(facts, verdicts):
+def _say_incomplete(facts: Any, verdicts: list, live: bool = True) -> None:
+    for why in incomplete_reasons(facts, verdicts, live):
         print(f"gcdoctor: incomplete: {_term(why)}", file=sys.stderr)
 
 
@@ -315,8 +320,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         _print_json(data)
     else:
         print(summary(facts, verdicts, str(report)))
-    _say_incomplete(facts, verdicts)
-    return run_exit_code(facts, verdicts, args.fail_on, args.fail_on_experiments)
+    _say_incomplete(facts, verdicts, live=False)
+    return run_exit_code(facts, verdicts, args.fail_on, args.fail_on_experiments, live=False)
 
 
 def _rule_dict(rule: Any, doc: bool = False) -> dict[str, Any]:
@@ -498,6 +503,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return EXIT_USAGE
         signal.signal(signal.SIGTERM, _sigterm)
+        from gcdoctor.rundir import forget_current
+        forget_current()
         code = COMMANDS[args.command](args)
         _late_signals_exit_130()
         return code

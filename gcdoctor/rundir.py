@@ -47,6 +47,11 @@ def current() -> "RunDirectory | None":
     return _current
 
 
+def forget_current() -> None:
+    global _current
+    _current = None
+
+
 def safe_name(text: str, limit: int = 80) -> str:
     """A file-name component from any text: letters, digits, '.', '_', '-', '+' and '=' kept,
     everything else (separators, quotes, control characters, spaces) as '_'; never '.' or '..'."""
