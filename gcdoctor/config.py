@@ -97,7 +97,7 @@ class RunConfig:
         if self.model is not None and not self.model.strip():
             raise UserError("--model '': name an embedded model (`gcdoctor models`) or a config.json")
         if self.device is not None and not DEVICE_RE.fullmatch(self.device.lower()):
-            raise UserError(f"--device {self.device!r}: use auto, cpu, cuda, cuda:N, musa or musa:N")
+            raise UserError(f"--device {self.device!r}: expected cpu, cuda, cuda:N, musa or musa:N (or auto)")
         if self.dtype is not None and self.dtype not in ("bf16", "fp16", "fp32"):
             raise UserError(f"--dtype {self.dtype!r}: use bf16, fp16 or fp32")
         if self.optimizer not in ("adamw", "sgd"):
@@ -181,7 +181,7 @@ def parse_batch_sizes(text: str) -> list[int]:
     except ValueError:
         raise UserError(f"--batch-sizes {text!r}: expected comma-separated positive integers, e.g. 1,2,4") from None
     if not sizes or sizes[0] < 1 or sizes[-1] > MAX_BATCH:
-        raise UserError(f"--batch-sizes {text!r}: batch sizes must be integers from 1 to {MAX_BATCH:,}")
+        raise UserError(f"--batch-sizes {text!r}: batch sizes must be positive integers up to {MAX_BATCH:,}")
     return sizes
 
 
