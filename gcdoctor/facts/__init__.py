@@ -143,7 +143,11 @@ class Facts:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Facts":
-        return from_dict(cls, data)
+        """Typed (msgspec, strict) and range-checked: FactsDecodeError naming the field otherwise."""
+        from gcdoctor.facts.serde import check_ranges
+        facts = from_dict(cls, data)
+        check_ranges(facts)
+        return facts
 
     def save(self, path: str | Path) -> None:
         """Write atomically (a unique temporary file, then a rename), so an interrupted run never

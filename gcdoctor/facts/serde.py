@@ -53,3 +53,37 @@ def from_dict(cls: Any, data: Any) -> Any:
         return msgspec.convert(data, cls, strict=True)
     except msgspec.ValidationError as exc:
         raise FactsDecodeError(str(exc)) from None
+
+
+def _bad_range(name: str, v: Any) -> str | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    if isinstance(v, int) and not -(1 << 63) <= v < (1 << 64):
+        return "an integer out of range (beyond 64 bits)"
+    if name == "batch_size" and v < 1:
+        return "a batch size must be at least 1"
+    if name.endswith(("_ms", "_us", "_ms_median")) and v < 0:
+        return "a duration cannot be negative"
+    return None
+
+
+def check_ranges(obj: Any, path: str = "$") -> None:
+    """Values a type hint cannot refuse but no measurement can be: a batch below 1, a negative
+    duration. FactsDecodeError naming the field (`$.sweep.measurements[0].batch_size`)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            v = getattr(obj, f.name)
+            why = None if v == f.default and not isinstance(v, bool) else _bad_range(f.name, v)  # "not set"
+            if why:
+                raise FactsDecodeError(f"{path}.{f.name} = {v!r}: {why}")
+            if isinstance(v, (list, tuple)) and f.name.endswith("_ms"):
+                for i, x in enumerate(v):
+                    if isinstance(x, (int, float)) and not isinstance(x, bool) and x < 0:
+                        raise FactsDecodeError(f"{path}.{f.name}[{i}] = {x!r}: a duration cannot be negative")
+            check_ranges(v, f"{path}.{f.name}")
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            check_ranges(v, f"{path}.{k}")
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            check_ranges(v, f"{path}[{i}]")
