@@ -6,7 +6,6 @@ so a prediction can be checked against a measurement of the same configuration.
 from __future__ import annotations
 
 import json
-import math
 import re
 from typing import Any
 

@@ -33,7 +33,7 @@ def regressions(rows: list[Any], pct: float | None) -> list[dict[str, Any]]:
     for r in rows:
         d = direction(r.label)
         a, b = _number(r.a), _number(r.b)
-        if not d or a is None or b is None or a <= 0 or getattr(r, "note", ""):
+        if not d or a is None or b is None or a <= 0 or getattr(r, "note", None):
             continue
         worse = d * (b - a) / a * 100.0
         if worse > pct:

@@ -172,7 +172,7 @@ class NativeOutputToLog:
             term = os.fdopen(os.dup(self._saved_fd), "w", buffering=1, encoding=sys.__stderr__.encoding,
                              errors="backslashreplace")
             self._swapped = (sys.stderr, sys.__stderr__)
-            sys.stderr = sys.__stderr__ = term  # Textual draws on sys.__stderr__: the terminal
+            sys.stderr = sys.__stderr__ = term  # type: ignore[misc]  # Textual draws on sys.__stderr__
         log = self._log
         self._showwarning = warnings.showwarning
 
@@ -198,7 +198,7 @@ class NativeOutputToLog:
             warnings.showwarning = self._showwarning
         if self._swapped is not None:
             term = sys.stderr
-            sys.stderr, sys.__stderr__ = self._swapped
+            sys.stderr, sys.__stderr__ = self._swapped  # type: ignore[misc]
             self._swapped = None
             try:
                 term.flush()

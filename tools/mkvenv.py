@@ -63,7 +63,8 @@ def want_cpu_adam() -> str:
         import torch  # noqa: PLC0415 - optional: only asked where torch is installed
     except ImportError:
         return "0"
-    gpu = torch.cuda.is_available() or bool(getattr(torch, "musa", None) and torch.musa.is_available())
+    musa = getattr(torch, "musa", None)
+    gpu = torch.cuda.is_available() or bool(musa is not None and musa.is_available())
     return "1" if gpu else "0"
 
 

@@ -6,7 +6,6 @@ measured is None, with the reason in `Facts.unavailable` under its dotted path.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
