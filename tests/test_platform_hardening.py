@@ -273,3 +273,25 @@ def test_mkvenv_sees_the_outer_environments_packages(tmp_path: Path) -> None:
     r = subprocess.run([str(inner / "bin" / "python"), "-c", "import vendortorch; print(vendortorch.VERSION)"],
                        capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "9.9+vendor", r.stderr
+
+
+# -- no surprise compile ----------------------------------------------------------------------------
+def test_cpu_adam_compile_is_a_step_of_its_own(monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from gcdoctor.facts import Facts
+    from gcdoctor.facts.offload import OffloadFacts
+    from gcdoctor.probes import _deepspeed, offload
+    monkeypatch.setattr(_deepspeed, "cpu_adam_status", lambda: _deepspeed.OpStatus(prebuilt=False, cached=False))
+
+    def fake_load(st):
+        st.load_s = 65.0
+        return st
+    monkeypatch.setattr(_deepspeed, "load_cpu_adam", fake_load)
+    shown = []
+    ctx = SimpleNamespace(backend=SimpleNamespace(kind="cpu", index=0), facts=Facts(), log=lambda *a, **k: None,
+                          progress=lambda probe, variant="", *a, message="", **k: shown.append((probe, variant, message)))
+    state = offload._DeepSpeedState(ctx, OffloadFacts(), explicit=True)
+    assert state._cpu_adam() is None  # the op's own step, before the ZeRO-2 variant is measured
+    assert [m for _, _, m in shown][0].startswith("compiling DeepSpeed's CPU Adam op")
+    assert shown[-1] == ("offload", offload.ZERO2, "DeepSpeed's CPU Adam op ready in 65 s")
