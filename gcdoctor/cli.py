@@ -338,6 +338,7 @@ def cmd_rules(args: argparse.Namespace) -> int:
     if args.json:
         _print_json([_rule_dict(r) for r in ALL_RULES])
         return EXIT_OK
+    width = output_width()
     for r in ALL_RULES:
         print("\n".join(wrap(f"{r.code}  {r.slug}: {r.title}", width, " " * 7, first="")))
         th = ", ".join(f"{k}={v:g}" for k, v in r.defaults.items())
@@ -354,8 +355,15 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(_rule_dict(rule, doc=True))
         return EXIT_OK
-    print(f"{rule.code} {rule.slug}: {rule.title}\n")
-    print(rule.doc())
+    from gcdoctor.report.console import output_width, wrap
+    width = output_width()
+    print("\n".join(wrap(f"{rule.code} {rule.slug}: {rule.title}", width, "  ", first="")) + "\n")
+    for para in rule.doc().split("\n\n"):  # the docstring's paragraphs, rewrapped to the width
+        lines = para.splitlines()
+        if lines and lines[0].rstrip().endswith(":") and len(lines) > 1:  # a section heading
+            print(lines[0].strip())
+            lines = lines[1:]
+        print("\n".join(wrap(" ".join(x.strip() for x in lines), width, "  ", first="  ")) + "\n")
     if rule.defaults:
         print("\n".join(wrap("Thresholds (override with --threshold CODE.name=value or [thresholds.CODE] in a "
                              "TOML file):", width)))
@@ -363,7 +371,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             print(f"  {k} = {v:g}")
     if rule.requires:
         print("\n".join(wrap(f"Needs facts: {', '.join(rule.requires)}", width, "  ", first="")))
-    return 0
+    return EXIT_OK
 
 
 def cmd_models(args: argparse.Namespace) -> int:

@@ -174,17 +174,16 @@ def test_one_size_parser() -> None:
 def test_markdown_and_terminal_escaping() -> None:
     from gcdoctor.report.format import md_escape, md_table, term_escape
     md = md_escape("<script>alert(1)</script> <img src=x onerror=alert(1)> [x](javascript:alert(1)) \x1b[31m")
-    assert not re.search(r"(?<!\\)<", md) and "onerror=" not in md and "javascript:" not in md
+    assert "<" not in md and not re.search(r"(?<!\\)\]\(", md)  # no tag, no link syntax (brackets escaped)
     assert "\x1b" not in md
     assert md_table(["a"], [["x|y\nz"]]).splitlines()[-1] == "| x\\|y z |"
-    t = term_escape("name\x1b[2J\x07\u202e\r")
-    assert t == "name\\x1b[2J\\x07\\u202e\\x0d"
+    assert term_escape("name\x1b[2J\x07\u202e\r\x9b31m") == "name[2J31m"  # ESC, BEL, bidi, CR, C1 CSI
     assert term_escape("two\nlines\tok") == "two\nlines\tok"
 
 
 def test_hostile_model_name_reaches_no_sink_raw(tmp_path: Path, capsys) -> None:
     data = json.loads((SWEEP / "facts.json").read_text())
-    data["model"]["name"] = "evil\x1b[2J<script>alert(1)</script>"
+    data["model"]["name"] = "evil\x1b[2J\n```\n<script>alert(1)</script>\n```"  # tries to close the fence
     data["model"]["source"] = "[x](javascript:alert(1))"
     run = tmp_path / "in"
     run.mkdir()
@@ -192,7 +191,8 @@ def test_hostile_model_name_reaches_no_sink_raw(tmp_path: Path, capsys) -> None:
     assert cli.main(["analyze", str(run), "--out", str(tmp_path / "o")]) == 0
     assert "\x1b" not in capsys.readouterr().out
     md = (tmp_path / "o" / "report.md").read_text()
-    assert "\x1b" not in md and not re.search(r"(?<!\\)<script", md) and "](javascript:" not in md
+    outside = re.sub(r"(?ms)^(`{3,})[^\n]*\n.*?^\1$", "", md)  # Markdown outside the fenced blocks
+    assert "\x1b" not in md and "<script" not in outside and not re.search(r"(?<!\\)\]\(javascript:", md)
 
 
 # -- telemetry on the trace timeline ---------------------------------------------------------------

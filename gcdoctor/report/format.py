@@ -24,7 +24,7 @@ def pct(x: float | None, digits: int = 0) -> str:
 
 def md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     def cell(v: Any) -> str:
-        return md_escape(v)
+        return str(v).replace("|", "\\|").replace("\n", " ")
     out = ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "---|" * len(headers)]
     out += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
     return "\n".join(out)
@@ -60,9 +60,19 @@ def file_name(text: object, limit: int = 80) -> str:
     return safe_name(str(text), limit)
 
 
+def md_fence(text: str, info: str = "") -> str:
+    """A fenced code block that no line of `text` can close: the fence is one backtick longer
+    than the longest run of backticks inside (CommonMark), so a name holding "```" and a newline
+    cannot break out of the block and have the rest rendered as Markdown or HTML."""
+    import re
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{info}\n{term_safe(text)}\n{fence}"
+
+
 def md_escape(text: str) -> str:
     """Text for Markdown: inert (no raw HTML, no link or image syntax, no control characters)."""
-    s = term_safe(text)
-    for a, b in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("[", "\\["), ("]", "\\]")):
+    s = " ".join(term_safe(text).split("\n"))  # one line: no heading, fence or list can start inside it
+    for a, b in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("[", "\\["), ("]", "\\]"), ("`", "\\`")):
         s = s.replace(a, b)
     return s
