@@ -272,7 +272,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     print()
     print(summary(session.facts, verdicts, str(session.report_path)))
     _say_incomplete(session.facts, verdicts)
-    if session.stop_requested.is_set():
+    if session.signalled:  # a signal while the run wrote its results: still this command's interruption
         return EXIT_INTERRUPTED
     return run_exit_code(session.facts, verdicts, args.fail_on, args.fail_on_experiments)
 

@@ -277,6 +277,7 @@ class Session:
         self._issued: dict[tuple[str, str], tuple[str, str]] = {}
         self._facts_lock = threading.Lock()
         self.finishing = False
+        self.signalled = False  # SIGINT/SIGTERM received during run() (see _StopSignals)
 
     def _validate(self) -> None:
         c, r = self.config, self.resolved
@@ -439,6 +440,7 @@ class _StopSignals:
 
     def _handler(self, signum: int, frame: Any) -> None:
         s = self.session
+        s.signalled = True  # the command ends with 130, whenever in the run the signal came
         if s.finishing or s.stop_requested.is_set():
             s.stop_requested.set()
             try:
