@@ -72,3 +72,21 @@ def test_a_probe_that_fails_makes_the_run_incomplete(micro_llama, tmp_path, monk
     assert "incomplete: sweep: probe failed: RuntimeError: planted probe failure" in err
     assert "planted probe failure" in (out / "error.log").read_text()
     assert (out / "report.html").is_file()
+
+
+def test_a_quote_in_out_keeps_the_traces_readable(micro_llama, tmp_path) -> None:
+    """torch writes the trace's own path into it unescaped: a '"' in --out made every trace
+    unreadable and the verdicts quietly lost their trace metrics (issue 18)."""
+    out = tmp_path / 'a"b' / "run"
+    rc = cli.main(["diagnose", "--no-tui", "--device", "cpu", "--model", micro_llama, "--probes", "sweep",
+                   "--seq-len", "16", "--batch-sizes", "1", "--steps", "1", "--warmup", "0", "--out", str(out)])
+    assert rc == 0
+    facts = Facts.load(out / "facts.json")
+    assert facts.trace and not any(k.startswith("trace.") for k in facts.unavailable)
+    from gcdoctor.trace import load_trace
+    traces = sorted((out / "traces").rglob("*.pt.trace.json.gz"))
+    assert len(traces) == 2
+    for p in traces:
+        load_trace(p)
+        doc = json.loads(__import__("gzip").decompress(p.read_bytes()))
+        assert doc["traceName"] == str(p)
