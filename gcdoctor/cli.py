@@ -520,6 +520,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gcdoctor: error: {_term(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
+        _late_signals_exit_130()
         print("gcdoctor: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:

@@ -463,6 +463,16 @@ class _StopSignals:
     def __exit__(self, *exc: Any) -> None:
         for sig, old in self.saved.items():
             try:
-                signal.signal(sig, old)
+                # once stopped by a signal, with its results on disk, a later signal ends the process
+                # at once with 130 (never -2 or -15 from a signal that lands in the interpreter's exit)
+                signal.signal(sig, _exit_130 if self.session.signalled else old)
             except (ValueError, OSError):
                 pass
+
+
+def _exit_130(signum: int, frame: Any) -> None:
+    import sys
+    try:
+        sys.stdout.flush()
+    finally:
+        os._exit(130)

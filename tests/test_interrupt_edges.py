@@ -34,16 +34,22 @@ def _wait_for_a_measurement(proc: subprocess.Popen, out: Path) -> None:
     assert proc.poll() is None, "the run ended before it could be interrupted"
 
 
-@pytest.mark.parametrize("first, second, gap_s", [
+@pytest.mark.parametrize("first, second, when", [
     (signal.SIGINT, signal.SIGINT, 0.07),  # the double Ctrl-C that used to lose report.html
-    (signal.SIGTERM, signal.SIGINT, 0.4),  # a later second signal: 130, never -2/-15/143
+    (signal.SIGTERM, signal.SIGINT, "finished"),  # a later second signal, once the results are written
 ])
-def test_a_second_signal_loses_nothing_and_exits_130(micro_llama, tmp_path, first, second, gap_s) -> None:
+def test_a_second_signal_loses_nothing_and_exits_130(micro_llama, tmp_path, first, second, when) -> None:
     out = tmp_path / "run"
     proc = _start(micro_llama, out)
     _wait_for_a_measurement(proc, out)
     proc.send_signal(first)
-    time.sleep(gap_s)
+    if when == "finished":
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline and \
+                '"RunFinished"' not in (out / "events.jsonl").read_text():
+            time.sleep(0.02)
+    else:
+        time.sleep(when)
     if proc.poll() is None:
         proc.send_signal(second)
     _, err = proc.communicate(timeout=120)
