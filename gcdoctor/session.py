@@ -429,26 +429,35 @@ def _destroy_process_group() -> None:
 
 
 class _StopSignals:
-    """SIGINT and SIGTERM during a run (main thread only): the first stops the run (as Ctrl-C
-    always did: KeyboardInterrupt where the run is); any later one, and any while the run writes
-    its results, is noted and ignored, so a second Ctrl-C 50 ms after the first cannot lose
-    report.html. Python's own handlers come back when the run is over."""
+    """SIGINT and SIGTERM during a run (main thread only). The first asks the run to stop at the
+    next step boundary (`ProbeContext.check_stop`): the step in flight finishes and is recorded, so
+    a signal never lands between a measurement and its recording. A second one, while the run has
+    not yet stopped, stops it at once (KeyboardInterrupt where it is: a long compile, a model
+    build). Any signal while the run writes its results is noted and ignored, so a second Ctrl-C
+    50 ms after the first cannot lose report.html."""
 
     def __init__(self, session: Session) -> None:
         self.session = session
         self.saved: dict[int, Any] = {}
 
+    @staticmethod
+    def _say(text: str) -> None:
+        import sys
+        try:  # the terminal's descriptor (fd 2 itself goes to gcdoctor.log during a run)
+            os.write(sys.stderr.fileno(), text.encode())
+        except (OSError, ValueError, AttributeError):
+            pass
+
     def _handler(self, signum: int, frame: Any) -> None:
         s = self.session
         s.signalled = True  # the command ends with 130, whenever in the run the signal came
-        if s.finishing or s.stop_requested.is_set():
-            s.stop_requested.set()
-            try:
-                os.write(2, b"gcdoctor: stopping; writing what was measured\n")
-            except OSError:
-                pass
+        if s.finishing:
+            self._say("gcdoctor: stopping; writing what was measured\n")
             return
-        s.stop_requested.set()
+        if not s.stop_requested.is_set():
+            s.stop_requested.set()
+            self._say("gcdoctor: stopping after the step in flight (Ctrl-C again to stop now)\n")
+            return
         raise KeyboardInterrupt
 
     def __enter__(self) -> "_StopSignals":
