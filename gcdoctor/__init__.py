@@ -2,7 +2,8 @@
 
 `gcdoctor.watch(model, optimizer, out=...)` records a user's own training loop (gcdoctor.watcher);
 `gcdoctor.hf.GcdoctorCallback` does the same for a Hugging Face Trainer. Importing gcdoctor itself
-stays light: torch is imported only when `watch` is first used.
+stays light: torch is imported only when `watch` is first used. `gcdoctor.load(path)` (gcdoctor.frames)
+gives a run directory or a trace as pandas DataFrames, for notebooks.
 """
 
 __version__ = "0.1.0"
@@ -12,4 +13,7 @@ def __getattr__(name: str):
     if name in ("watch", "Watcher"):
         import importlib
         return getattr(importlib.import_module("gcdoctor.watcher"), name)
+    if name in ("load", "Run"):
+        import importlib
+        return getattr(importlib.import_module("gcdoctor.frames"), name)
     raise AttributeError(f"module 'gcdoctor' has no attribute {name!r}")

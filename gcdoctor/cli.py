@@ -1,23 +1,36 @@
-"""Command line: arguments -> RunConfig -> a front end. User errors: one line, exit code 2."""
+"""Command line: arguments -> RunConfig -> a front end.
+
+Exit codes (gcdoctor.errors, docs/exit-codes.md): 0 ok, 1 --fail-on fired, 2 user error (one line),
+3 incomplete (a probe or a rule crashed, or a crash cut the run short), 130 interrupted.
+"""
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import signal
 import sys
+import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from gcdoctor.config import (RunConfig, load_toml, parse_batch_sizes, parse_size, parse_threshold,
+from gcdoctor.config import (RunConfig, load_toml, parse_batch_sizes, parse_probes, parse_size, parse_threshold,
                              validate_thresholds)
-from gcdoctor.errors import UserError
-
-EXIT_USAGE = 2
+from gcdoctor.errors import (EXIT_FAIL_ON, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE,
+                             UserError)
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's usage dump -> our one line
+    def error(self, message: str) -> NoReturn:  # argparse's usage dump -> our one line
         raise UserError(f"{self.prog}: {message}")
+
+
+def _positive_or_zero(text: str) -> int:
+    v = _int(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be 0 or more")
+    return v
 
 
 def _positive_int(text: str) -> int:
@@ -28,6 +41,36 @@ def _positive_int(text: str) -> int:
     if v < 1:
         raise argparse.ArgumentTypeError(f"{text} must be positive")
     return v
+
+
+def _finite(lo_exclusive: float = 0.0) -> Any:
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(v) or v <= lo_exclusive:
+            raise argparse.ArgumentTypeError(f"{text} must be a finite number above {lo_exclusive:g}")
+        return v
+    return parse
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def _add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+
+
+def _add_fail_on(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--fail-on", choices=["critical", "warning"],
+                   help="exit 1 if a configuration verdict of this severity or worse fired (or a rule crashed)")
+    p.add_argument("--fail-on-experiments", action="store_true",
+                   help="--fail-on also judges the probes' experiment verdicts (variants gcdoctor tried)")
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
@@ -51,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--max-batch", type=_positive_int, help="upper bound of the batch search (default 256)")
     d.add_argument("--target-batch", type=_positive_int, help="the per-device batch you train at")
     d.add_argument("--steps", type=_positive_int, help="measured steps per point (default 3)")
-    d.add_argument("--warmup", type=int, help="warm-up steps per point (default 1)")
+    d.add_argument("--warmup", type=_int, help="warm-up steps per point (default 1)")
     d.add_argument("--probes", help="comma-separated probes to run (default: all that apply)")
     d.add_argument("--probe-layers", type=_positive_int, help="layers for the many-variant probes (default 4 on a GPU)")
     d.add_argument("--probe-batch", type=_positive_int, help="batch of the many-variant probes (default 1)")
@@ -59,16 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--emulate-launch-us", type=float, metavar="N",
                    help="what-if: the granularity probe adds N us of host time per launching op")
     d.add_argument("--no-profile", action="store_true", help="do not profile (no traces, no trace metrics)")
-    d.add_argument("--telemetry-hz", type=float, help="telemetry sampling rate (default 20)")
+    d.add_argument("--telemetry-hz", type=_finite(), help="telemetry sampling rate (default 20)")
     d.add_argument("--out", help="run directory (default: a new folder under ./gcdoctor-runs/)")
     d.add_argument("--config", help="TOML file with [run] settings and [thresholds.RULE] overrides")
     d.add_argument("--threshold", action="append", default=[], help="override a rule threshold: GC001.max_overhead_pct=40")
     d.add_argument("--no-tui", action="store_true", help="plain console output instead of the live TUI")
-    d.add_argument("--seed", type=int, help="random seed (default 0)")
-    d.add_argument("--fail-on", choices=["critical", "warning"],
-                   help="exit 1 if a configuration verdict of this severity or worse fired")
-    d.add_argument("--fail-on-experiments", action="store_true",
-                   help="with --fail-on, count the probes' experiment verdicts too")
+    d.add_argument("--seed", type=_int, help="random seed (default 0)")
+    _add_fail_on(d)
     d.add_argument("-v", "--verbose", action="store_true")
 
     a = sub.add_parser("analyze", help="re-judge a recorded run directory or a profiler trace file")
@@ -76,15 +116,14 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--out", help="where to write the reports (default: a new folder under ./gcdoctor-runs/)")
     a.add_argument("--config", help="TOML file with [thresholds.RULE] overrides")
     a.add_argument("--threshold", action="append", default=[])
-    a.add_argument("--fail-on", choices=["critical", "warning"],
-                   help="exit 1 if a configuration verdict of this severity or worse fired")
-    a.add_argument("--fail-on-experiments", action="store_true",
-                   help="with --fail-on, count the probes' experiment verdicts too")
+    _add_fail_on(a)
+    _add_json(a)
 
-    sub.add_parser("rules", help="list the rules")
+    _add_json(sub.add_parser("rules", help="list the rules"))
     e = sub.add_parser("explain", help="print one rule's documentation")
     e.add_argument("code", help="rule code (GC001) or slug (recompute-overhead)")
-    sub.add_parser("models", help="list the embedded models")
+    _add_json(e)
+    _add_json(sub.add_parser("models", help="list the embedded models"))
 
     pl = sub.add_parser("plan", help="predict peak memory and the largest batch before running")
     _add_run_args(pl)
@@ -92,22 +131,23 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--batch-sizes", help="batch sizes to tabulate (default: powers of two up to the max)")
     pl.add_argument("--master-weights", choices=["none", "fp32"], default="none",
                     help="fp32 master weights and optimizer states (mixed precision)")
-    pl.add_argument("--json", action="store_true", help="print JSON")
+    _add_json(pl)
     pl.add_argument("--launch-us", type=float, metavar="N",
                     help="the card's launch cost for the step-time prediction (measured by diagnose --probes granularity)")
     pl.add_argument("--granularity-run", metavar="DIR",
                     help="a diagnose --probes granularity run to scale step times from (default: the recorded H200 run)")
 
     mo = sub.add_parser("monitor", help="live telemetry beside a training job (or a watched run directory)")
-    mo.add_argument("--gpu", type=int, help="only this GPU index (default: all)")
+    mo.add_argument("--gpu", type=_positive_or_zero, help="only this GPU index (default: all)")
     mo.add_argument("--run", help="follow a run directory written by gcdoctor.watch / diagnose")
     mo.add_argument("--out", help="run directory to record to (default: a new folder under ./gcdoctor-runs/)")
     # 20 Hz, not less: NVIDIA's 32-bit PCIe byte counters are then read in the sampler's own tick;
     # a slower sampler needs a 50 Hz poller thread for them, which costs about twice the CPU
-    mo.add_argument("--telemetry-hz", type=float, default=20.0,
+    mo.add_argument("--telemetry-hz", type=_finite(), default=20.0,
                     help="telemetry sampling rate (default 20; slower rates cost more CPU on NVIDIA)")
-    mo.add_argument("--seconds", type=float, help="stop after this long (default: until q / Ctrl-C)")
+    mo.add_argument("--seconds", type=_finite(), help="stop after this long (default: until q / Ctrl-C)")
     mo.add_argument("--no-tui", action="store_true", help="print warnings to the console instead of the TUI")
+    mo.add_argument("--json", action="store_true", help="with --no-tui: one JSON object a line (events.jsonl's format)")
 
     w = sub.add_parser("watch", help="watch an unmodified training script: gcdoctor watch -- python train.py ...")
     w.add_argument("--out", help="run directory (default: a new folder under ./gcdoctor-runs/)")
@@ -121,6 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("run_a")
     c.add_argument("run_b")
     c.add_argument("--html", help="also write an HTML comparison to this file")
+    c.add_argument("--fail-on-regression", type=_finite(), metavar="PCT",
+                   help="exit 1 if RUN_B is worse than RUN_A by more than PCT%% in step time, tokens/s, "
+                        "peak memory or the largest batch")
+    _add_json(c)
     return ap
 
 
@@ -140,46 +184,80 @@ def _thresholds(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, dic
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
+    """TOML [run] settings, overridden by the command line, checked once by RunConfig itself."""
     run, th = _thresholds(args)
-    cfg = RunConfig(**run)
-    cfg.thresholds = th
+    kw: dict[str, Any] = dict(run)
     simple = {"model": "model", "layers": "layers", "device": "device", "dtype": "dtype", "seq_len": "seq_len",
               "optimizer": "optimizer", "max_batch": "max_batch", "target_batch": "target_batch",
               "steps": "measure_steps", "warmup": "warmup_steps", "probe_layers": "probe_layers",
               "probe_batch": "probe_batch", "telemetry_hz": "telemetry_hz", "out": "out", "seed": "seed"}
-    for arg, field in simple.items():
+    for arg, name in simple.items():
         v = getattr(args, arg, None)
         if v is not None:
-            setattr(cfg, field, v)
-    if args.batch_sizes:
-        cfg.batch_sizes = parse_batch_sizes(args.batch_sizes)
-    if args.probes:
-        cfg.probes = [p.strip() for p in args.probes.split(",") if p.strip()]
-    if args.memory_limit:
-        cfg.memory_limit_bytes = parse_size(args.memory_limit, "--memory-limit")
-    if args.no_profile:
-        cfg.profile = False
+            kw[name] = v
+    if getattr(args, "batch_sizes", None):
+        kw["batch_sizes"] = parse_batch_sizes(args.batch_sizes)
+    if getattr(args, "probes", None) is not None:
+        kw["probes"] = parse_probes(args.probes)
+    if getattr(args, "memory_limit", None):
+        kw["memory_limit_bytes"] = parse_size(args.memory_limit, "--memory-limit")
+    if getattr(args, "no_profile", False):
+        kw["profile"] = False
     if getattr(args, "emulate_launch_us", None) is not None:
-        cfg.emulate_launch_us = args.emulate_launch_us
-    if cfg.emulate_launch_us is not None and not 0 <= cfg.emulate_launch_us <= 100_000:
-        raise UserError(f"--emulate-launch-us {cfg.emulate_launch_us:g}: use 0 to 100000 microseconds")
-    if cfg.telemetry_hz <= 0 or cfg.telemetry_hz > 1000:
-        raise UserError(f"--telemetry-hz {cfg.telemetry_hz}: use a rate between 0 and 1000 Hz")
-    if isinstance(cfg.memory_limit_bytes, str):
-        cfg.memory_limit_bytes = parse_size(cfg.memory_limit_bytes, "memory_limit_bytes")
-    cfg.tui = False if args.no_tui else None
-    return cfg
+        kw["emulate_launch_us"] = args.emulate_launch_us
+    kw["thresholds"] = th
+    kw["tui"] = False if getattr(args, "no_tui", False) else None
+    return RunConfig(**kw)
 
 
-def _exit_code(verdicts: list, args: argparse.Namespace) -> int:
+def incomplete_reasons(facts: Any, verdicts: list, live: bool = True) -> list[str]:
+    """Why a run is incomplete (exit code 3): a probe that failed, a rule that crashed, a crash,
+    a diagnose run with no recorded end (killed: SIGKILL, power loss) and, re-judged later
+    (`live` False), a run that was interrupted."""
+    reasons = [f"{k}: {v}" for k, v in facts.unavailable.items() if str(v).startswith("probe failed")]
+    reasons += [f"rule {v.code} crashed" for v in verdicts if v.status == "error"]
+    st = facts.settings
+    if st.error:
+        reasons.append(f"the run crashed: {st.error}")
+    elif st.interrupted and not live:
+        reasons.append("the run was interrupted: its results are partial")
+    elif st.command == "diagnose" and st.started_at and not st.finished_at and not st.interrupted:
+        reasons.append("the run has no recorded end (it was killed before it finished): its results are partial")
+    return reasons
+
+
+def run_exit_code(facts: Any, verdicts: list, fail_on: str | None, include_experiments: bool,
+                  live: bool = True) -> int:
+    """The exit-code contract for a judged run (gcdoctor.errors): 130 > 3 > 1 > 0. `live`: the run
+    happened in this process (diagnose), so its interruption is this command's."""
     from gcdoctor.engine import failing
-    return 1 if failing(verdicts, args.fail_on, getattr(args, "fail_on_experiments", False)) else 0
+    if live and facts.settings.interrupted:
+        return EXIT_INTERRUPTED
+    if incomplete_reasons(facts, verdicts, live):
+        return EXIT_INCOMPLETE
+    return EXIT_FAIL_ON if failing(verdicts, fail_on, include_experiments) else EXIT_OK
+
+
+def _say_incomplete(facts: Any, verdicts: list, live: bool = True) -> None:
+    for why in incomplete_reasons(facts, verdicts, live):
+        print(f"gcdoctor: incomplete: {_term(why)}", file=sys.stderr)
+
+
+def _term(text: str) -> str:
+    from gcdoctor.report.format import term_escape
+    return term_escape(text)
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=1, default=str))
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
     from gcdoctor.events import EventBus
     from gcdoctor.report.console import summary
     from gcdoctor.session import Session
+
+    from gcdoctor.rundir import NativeOutputToLog
 
     cfg = config_from_args(args)
     bus = EventBus()
@@ -190,60 +268,92 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
             from gcdoctor.tui import run_diagnose_app
         except ImportError:
             use_tui = False
-    if use_tui:
-        run_diagnose_app(session)
-        verdicts = session.verdicts
-    else:
-        from gcdoctor.console import ConsolePrinter
-        bus.subscribe(ConsolePrinter(verbose=args.verbose))
-        verdicts = session.run()
+    # torch, Kineto and NCCL print from C++ to fd 2: into the run directory's gcdoctor.log
+    with NativeOutputToLog(session.rundir.file("gcdoctor.log")):
+        if use_tui:
+            run_diagnose_app(session)
+            verdicts = session.verdicts
+        else:
+            from gcdoctor.console import ConsolePrinter
+            bus.subscribe(ConsolePrinter(verbose=args.verbose))
+            verdicts = session.run()
     print()
     print(summary(session.facts, verdicts, str(session.report_path)))
-    return 130 if session.facts.settings.interrupted else _exit_code(verdicts, args)
+    _say_incomplete(session.facts, verdicts)
+    if session.signalled:  # a signal while the run wrote its results: still this command's interruption
+        return EXIT_INTERRUPTED
+    return run_exit_code(session.facts, verdicts, args.fail_on, args.fail_on_experiments)
 
 
-def cmd_analyze(args: argparse.Namespace) -> int:
-    from gcdoctor.engine import evaluate
+def load_recorded(path: Path) -> Any:
+    """Facts from a run directory (its facts.json) or a profiler trace file; one-line errors."""
     from gcdoctor.facts import Facts
-    from gcdoctor.report import write_reports
-    from gcdoctor.report.console import summary
-    from gcdoctor.rundir import default_run_dir
-
-    _, th = _thresholds(args)
-    path = Path(args.path)
     if path.is_dir() and not (path / "facts.json").is_file():
         from gcdoctor.ranks import rank_dirs
         if rank_dirs(path):  # a distributed watched run: rank-<r> run directories
             from gcdoctor.ranks import merge_ranks
-            facts = merge_ranks(path)
-        else:  # a folder of per-rank traces (torch's tensorboard_trace_handler, HTA's layout)
-            from gcdoctor.trace.ranks import facts_from_trace_dir
-            facts = facts_from_trace_dir(path)
-    elif path.is_dir():
-        facts_path = path / "facts.json"
-        try:
-            facts = Facts.load(facts_path)
-        except (ValueError, TypeError, KeyError) as exc:
-            raise UserError(f"{facts_path}: not a valid gcdoctor facts file ({exc})") from None
+            return merge_ranks(path)
+        # a folder of per-rank traces (torch's tensorboard_trace_handler, HTA's layout)
+        from gcdoctor.trace.ranks import facts_from_trace_dir
+        return facts_from_trace_dir(path)
+    if path.is_dir():
+        facts = Facts.load(path / "facts.json")
         from gcdoctor.trace.launch_response import fill_missing_whatif
         fill_missing_whatif(facts, path)  # a run recorded before the what-if: derived from its own traces
-    elif path.is_file():
+        return facts
+    if path.exists() and not path.is_file():
+        raise UserError(f"{path}: not a run directory or a trace file")
+    if path.is_file():
         from gcdoctor.trace import facts_from_trace
-        facts = facts_from_trace(path)
-    else:
-        raise UserError(f"{path}: no such file or directory")
+        return facts_from_trace(path)
+    raise UserError(f"{path}: no such file or directory")
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from gcdoctor.engine import evaluate
+    from gcdoctor.report import write_reports
+    from gcdoctor.report.console import summary
+    from gcdoctor.report.json_report import render_json
+    from gcdoctor.rundir import RunDirectory, default_run_dir
+
+    _, th = _thresholds(args)
+    path = Path(args.path)
+    facts = load_recorded(path)
     verdicts = evaluate(facts, overrides=th)
     out = Path(args.out) if args.out else default_run_dir("analyze", path.stem.split(".")[0])
-    out.mkdir(parents=True, exist_ok=True)
-    facts.save(out / "facts.json")
-    report = write_reports(out, facts, verdicts, source_dir=path if (path / "facts.json").is_file() else None)
-    print(summary(facts, verdicts, str(report)))
-    return _exit_code(verdicts, args)
+    rundir = RunDirectory(out, events=False)
+    try:
+        try:
+            facts.save(out / "facts.json")
+            report = write_reports(out, facts, verdicts, source_dir=path if path.is_dir() else None)
+        except OSError as exc:
+            raise UserError(f"--out {out}: cannot write the reports ({exc.strerror or exc})") from None
+    finally:
+        rundir.close()
+    if args.json:
+        data = render_json(facts, verdicts)
+        data["report_path"] = str(report)
+        _print_json(data)
+    else:
+        print(summary(facts, verdicts, str(report)))
+    _say_incomplete(facts, verdicts, live=False)
+    return run_exit_code(facts, verdicts, args.fail_on, args.fail_on_experiments, live=False)
+
+
+def _rule_dict(rule: Any, doc: bool = False) -> dict[str, Any]:
+    d = {"code": rule.code, "slug": rule.slug, "title": rule.title, "scope": getattr(rule, "scope", None),
+         "thresholds": dict(rule.defaults), "requires": list(rule.requires)}
+    if doc:
+        d["doc"] = rule.doc()
+    return d
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
     from gcdoctor.report.console import output_width, wrap
     from gcdoctor.rules import ALL_RULES
+    if args.json:
+        _print_json([_rule_dict(r) for r in ALL_RULES])
+        return EXIT_OK
     width = output_width()
     for r in ALL_RULES:
         print("\n".join(wrap(f"{r.code}  {r.slug}: {r.title}", width, " " * 7, first="")))
@@ -258,6 +368,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     rule = find_rule(args.code)
     if rule is None:
         raise UserError(f"unknown rule {args.code!r} (see `gcdoctor rules`)")
+    if args.json:
+        _print_json(_rule_dict(rule, doc=True))
+        return EXIT_OK
     from gcdoctor.report.console import output_width, wrap
     width = output_width()
     print("\n".join(wrap(f"{rule.code} {rule.slug}: {rule.title}", width, "  ", first="")) + "\n")
@@ -274,11 +387,20 @@ def cmd_explain(args: argparse.Namespace) -> int:
             print(f"  {k} = {v:g}")
     if rule.requires:
         print("\n".join(wrap(f"Needs facts: {', '.join(rule.requires)}", width, "  ", first="")))
-    return 0
+    return EXIT_OK
 
 
 def cmd_models(args: argparse.Namespace) -> int:
     from gcdoctor.models import load_spec, registry
+    if args.json:
+        out = []
+        for name in sorted(registry()):
+            s = load_spec(name)
+            out.append({"name": name, "params": s.param_count(), "layers": s.n_layers, "hidden_size": s.hidden_size,
+                        "heads": s.n_heads, "kv_heads": s.n_kv_heads, "vocab_size": s.vocab_size,
+                        "source": s.config.get("_source", s.source)})
+        _print_json(out)
+        return EXIT_OK
     print(f"{'name':12s} {'params':>8s} {'layers':>6s} {'hidden':>6s} {'heads/kv':>8s} {'vocab':>7s}  source")
     for name in sorted(registry()):
         s = load_spec(name)
@@ -291,8 +413,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from gcdoctor import plan
     text, data = plan.run_plan(args)
     if args.json:
-        import json
-        print(json.dumps(data, indent=1))
+        _print_json(data)
     else:
         print(text)
     return 0
@@ -309,8 +430,41 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from gcdoctor.report.compare import run_compare
-    return run_compare(args)
+    from gcdoctor.regression import compare_json, regressions
+    from gcdoctor.report.compare import compare_rows, load_run, run_compare
+    pct = args.fail_on_regression
+    if args.json:
+        a, b = load_run(args.run_a), load_run(args.run_b)
+        data = compare_json(a, b, pct)
+        if args.html:
+            from gcdoctor.report.compare import render_compare_html
+            _write_text(Path(args.html), render_compare_html(a, b), "--html")
+            data["html"] = args.html
+        _print_json(data)
+        return EXIT_FAIL_ON if data["regressions"] else EXIT_OK
+    code = run_compare(args)
+    if pct is None:
+        return code
+    a, b = load_run(args.run_a), load_run(args.run_b)
+    worse = regressions(compare_rows(a, b), pct)
+    if worse:
+        print(f"\nregressions beyond {pct:g}% (B against A):")
+        for r in worse:
+            print(f"  {_term(r['group'])}: {_term(r['label'])}: {r['a']:g} -> {r['b']:g} ({r['worse_pct']:+.1f}% worse)")
+        return EXIT_FAIL_ON
+    print(f"\nno regression beyond {pct:g}%")
+    return code
+
+
+def _write_text(path: Path, text: str, flag: str) -> None:
+    from gcdoctor.atomic import atomic_write_text
+    if path.is_dir():
+        raise UserError(f"{flag} {path}: is a directory")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, text)
+    except OSError as exc:
+        raise UserError(f"{flag} {path}: cannot write ({exc.strerror or exc})") from None
 
 
 COMMANDS = {"diagnose": cmd_diagnose, "analyze": cmd_analyze, "rules": cmd_rules, "explain": cmd_explain,
@@ -322,6 +476,45 @@ def _sigterm(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+def _late_signals_exit_130() -> None:
+    """After the command's work: a Ctrl-C or SIGTERM while the interpreter shuts down (torch's and
+    the threads' teardown can take seconds) still ends with 130, not -2 or -15."""
+    def bye(signum: int, frame: Any) -> None:
+        try:
+            sys.stdout.flush()
+        finally:
+            os._exit(EXIT_INTERRUPTED)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            signal.signal(sig, bye)
+        except (ValueError, OSError):
+            pass
+
+
+def _crash(exc: BaseException) -> int:
+    """An unexpected exception: one line on stderr, the traceback in the run directory (or in
+    ./gcdoctor-runs/ when no run directory was opened), exit code 3."""
+    from gcdoctor import rundir
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    where = None
+    try:
+        rd = rundir.current()
+        if rd is not None and rd.path.is_dir():
+            where = rd.write_error(text)
+        else:
+            from datetime import datetime
+            d = Path("gcdoctor-runs")
+            d.mkdir(exist_ok=True)
+            where = d / f"crash-{datetime.now().strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+            where.write_text(text)
+    except OSError:
+        where = None
+    msg = _term(str(exc).splitlines()[0] if str(exc) else "")[:300]
+    kept = f"traceback in {where}" if where else "traceback could not be written"
+    print(f"gcdoctor: internal error: {type(exc).__name__}: {msg} ({kept}); please report it", file=sys.stderr)
+    return EXIT_INCOMPLETE
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -329,21 +522,44 @@ def main(argv: list[str] | None = None) -> int:
         if args.version:
             from gcdoctor import __version__
             print(f"gcdoctor {__version__}")
-            return 0
+            return EXIT_OK
         if not args.command:
             parser.print_help()
             return EXIT_USAGE
         signal.signal(signal.SIGTERM, _sigterm)
-        return COMMANDS[args.command](args)
+        from gcdoctor.rundir import forget_current
+        forget_current()
+        code = COMMANDS[args.command](args)
+        _late_signals_exit_130()
+        return code
     except UserError as exc:
-        print(f"gcdoctor: error: {exc}", file=sys.stderr)
+        print(f"gcdoctor: error: {_term(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
+        _late_signals_exit_130()
         print("gcdoctor: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        return EXIT_OK
+    except ModuleNotFoundError as exc:
+        return _missing_module(exc)
+    except Exception as exc:  # noqa: BLE001 - the last resort: one line, traceback kept
+        return _crash(exc)
+
+
+# what each optional package is for, for a one-line error when it is missing
+_EXTRAS = {"torch": "run", "transformers": "run", "textual": "run", "accelerate": "run", "pandas": "pandas",
+           "pynvml": "nvidia", "deepspeed": "deepspeed"}
+
+
+def _missing_module(exc: ModuleNotFoundError) -> int:
+    top = (exc.name or "").split(".")[0]
+    if top not in _EXTRAS:
+        return _crash(exc)
+    what = "torch (see the README's set-up command)" if top == "torch" else f"gcdoctor[{_EXTRAS[top]}]"
+    print(f"gcdoctor: error: this command needs {top}, which is not installed: install {what}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 if __name__ == "__main__":

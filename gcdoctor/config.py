@@ -5,16 +5,24 @@ A TOML file may hold `[run]` keys with the names of RunConfig's fields and `[thr
 
     [run]
     seq_len = 2048
+    memory_limit_bytes = "48GB"
     [thresholds.GC001]
     max_overhead_pct = 40
+
+RunConfig is frozen and checks itself in one place (`__post_init__`): every size, count, rate and
+seed against its range, before any work starts. The TOML file is decoded strictly (msgspec): a
+wrong type or an unknown key is one line naming it (exit code 2), never a traceback.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
+
+import msgspec
 
 from gcdoctor.errors import UserError
 
@@ -23,8 +31,39 @@ try:  # Python 3.11+
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
+# ranges of what a run can be asked to do: beyond them a request is a typo, not a workload
+MAX_SEQ_LEN = 1 << 20  # 1,048,576 tokens
+MAX_BATCH = 1 << 20
+MAX_LAYERS = 10_000
+MAX_STEPS = 10_000
+MAX_TELEMETRY_HZ = 1000.0
+MAX_SEED = (1 << 32) - 1  # what every RNG gcdoctor seeds (torch, numpy, random) accepts
+MAX_BYTES = 1 << 60  # an exabyte: beyond any device or host
+DEVICE_RE = re.compile(r"auto|cpu|(cuda|musa)(:\d{1,3})?")
 
-@dataclass
+# field -> the command-line flag that sets it, for one-line errors that say what to change
+FLAGS = {"layers": "--layers", "seq_len": "--seq-len", "batch_sizes": "--batch-sizes", "max_batch": "--max-batch",
+         "target_batch": "--target-batch", "warmup_steps": "--warmup", "measure_steps": "--steps",
+         "probe_layers": "--probe-layers", "probe_batch": "--probe-batch", "telemetry_hz": "--telemetry-hz",
+         "memory_limit_bytes": "--memory-limit", "seed": "--seed", "probes": "--probes", "device": "--device",
+         "dtype": "--dtype", "optimizer": "--optimizer", "model": "--model", "out": "--out"}
+
+
+def _name(f: str) -> str:
+    return FLAGS.get(f, f)
+
+
+def _int_in(cfg: Any, f: str, lo: int, hi: int, optional: bool = True) -> None:
+    v = getattr(cfg, f)
+    if v is None and optional:
+        return
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise UserError(f"{_name(f)} {v!r}: expected an integer")
+    if not lo <= v <= hi:
+        raise UserError(f"{_name(f)} {v}: must be between {lo:,} and {hi:,}")
+
+
+@dataclass(frozen=True)
 class RunConfig:
     command: str = "diagnose"
     model: str | None = None  # None: llama3-8b on a GPU, tiny-llama on the CPU
@@ -51,26 +90,96 @@ class RunConfig:
     tui: bool | None = None  # None: on when stdout is a terminal
     thresholds: dict[str, dict[str, float]] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        """The one place a run's settings are checked: ranges, types, known names."""
+        for f in ("model", "device", "dtype", "out", "command", "optimizer"):
+            v = getattr(self, f)
+            if v is not None and not isinstance(v, str):
+                raise UserError(f"{_name(f)} {v!r}: expected a string")
+        if self.model is not None and not self.model.strip():
+            raise UserError("--model '': name an embedded model (`gcdoctor models`) or a config.json")
+        if self.device is not None and not DEVICE_RE.fullmatch(self.device.lower()):
+            raise UserError(f"--device {self.device!r}: expected cpu, cuda, cuda:N, musa or musa:N (or auto)")
+        if self.dtype is not None and self.dtype not in ("bf16", "fp16", "fp32"):
+            raise UserError(f"--dtype {self.dtype!r}: use bf16, fp16 or fp32")
+        if self.optimizer not in ("adamw", "sgd"):
+            raise UserError(f"--optimizer {self.optimizer!r}: use adamw or sgd")
+        _int_in(self, "layers", 1, MAX_LAYERS)
+        _int_in(self, "seq_len", 2, MAX_SEQ_LEN)
+        _int_in(self, "max_batch", 1, MAX_BATCH, optional=False)
+        _int_in(self, "target_batch", 1, MAX_BATCH)
+        _int_in(self, "warmup_steps", 0, MAX_STEPS, optional=False)
+        _int_in(self, "measure_steps", 1, MAX_STEPS, optional=False)
+        _int_in(self, "probe_layers", 1, MAX_LAYERS)
+        _int_in(self, "probe_batch", 1, MAX_BATCH, optional=False)
+        _int_in(self, "seed", 0, MAX_SEED, optional=False)
+        _int_in(self, "memory_limit_bytes", 1, MAX_BYTES)
+        if self.batch_sizes is not None:
+            if not isinstance(self.batch_sizes, list) or not self.batch_sizes or not all(
+                    isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= MAX_BATCH for b in self.batch_sizes):
+                raise UserError(f"--batch-sizes {self.batch_sizes!r}: expected positive integers up to {MAX_BATCH:,}")
+        if self.probes is not None:
+            if not isinstance(self.probes, list) or not all(isinstance(p, str) for p in self.probes):
+                raise UserError(f"--probes {self.probes!r}: expected probe names")
+            if not self.probes:
+                raise UserError("--probes: no probe named (available: sweep, granularity, offload, jitter)")
+        e = self.emulate_launch_us
+        if e is not None and (isinstance(e, bool) or not isinstance(e, (int, float)) or not math.isfinite(e)
+                              or not 0 <= e <= 100_000):
+            raise UserError(f"--emulate-launch-us {e:g}: use 0 to 100000 microseconds" if isinstance(e, (int, float))
+                            and not isinstance(e, bool) else f"--emulate-launch-us {e!r}: expected a number")
+        hz = self.telemetry_hz
+        if isinstance(hz, bool) or not isinstance(hz, (int, float)) or not math.isfinite(hz) \
+                or not 0 < hz <= MAX_TELEMETRY_HZ:
+            raise UserError(f"--telemetry-hz {hz!r}: use a rate above 0 and at most {MAX_TELEMETRY_HZ:g} Hz")
+        for f in ("profile",):
+            if not isinstance(getattr(self, f), bool):
+                raise UserError(f"{f} {getattr(self, f)!r}: expected true or false")
+        if self.tui is not None and not isinstance(self.tui, bool):
+            raise UserError(f"tui {self.tui!r}: expected true or false")
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def replace(self, **changes: Any) -> "RunConfig":
+        return dataclasses.replace(self, **changes)
 
-def parse_size(text: str | int | float, what: str = "size") -> int:
-    """'48GB' -> 48e9, '80GiB' -> 80*2**30, '141e9' -> 141e9 bytes."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        value = float(text)
+
+_UNITS = {
+    "": 1, "b": 1,
+    "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
+    "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40,
+}
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(text: str | int | float, what: str = "size", minimum: int = 1) -> int:
+    """The one size parser: '48GB' -> 48e9, '80GiB' -> 80*2**30, '49152MiB', '141e9' or a plain number.
+
+    Single-letter suffixes ('48G') are refused: GB and GiB differ by 7%, which is a batch size.
+    Refused too: not a number, not finite, below `minimum`, above an exabyte.
+    """
+    if isinstance(text, bool):
+        raise UserError(f"{what} {text!r}: expected a size such as 48GB, 80GiB or 141e9")
+    if isinstance(text, (int, float)):
+        value, unit = float(text), ""
     else:
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMgGtT]i?[bB]?|[bB])?\s*", str(text))
+        m = _SIZE_RE.match(str(text))
         if not m:
-            raise UserError(f"{what} {text!r}: expected a number of bytes such as 48GB, 80GiB or 141e9")
-        value = float(m.group(1))
-        unit = (m.group(2) or "").lower().rstrip("b")
-        scale = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
-                 "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}[unit]
-        value *= scale
-    if value <= 0:
-        raise UserError(f"{what} {text!r}: must be positive")
-    return int(value)
+            raise UserError(f"{what} {text!r}: expected a size such as 48GB, 80GiB or 141e9")
+        value, unit = float(m.group(1)), m.group(2).lower()
+        if unit not in _UNITS:
+            hint = f" (say {unit.upper()}B or {unit.upper()}iB)" if unit in ("k", "m", "g", "t") else ""
+            raise UserError(f"{what} {text!r}: unknown unit {m.group(2)!r}{hint}; "
+                            f"use B, KB, MB, GB, TB (powers of 10) or KiB, MiB, GiB, TiB (powers of 2)")
+    nbytes = value * _UNITS[unit]
+    if not math.isfinite(nbytes):
+        raise UserError(f"{what} {text!r}: not a finite size")
+    if nbytes < minimum:
+        raise UserError(f"{what} {text!r}: must be at least {minimum:,} bytes")
+    if nbytes > MAX_BYTES:
+        raise UserError(f"{what} {text!r}: {nbytes:.3g} bytes is beyond any device")
+    return int(nbytes)
 
 
 def parse_batch_sizes(text: str) -> list[int]:
@@ -78,9 +187,16 @@ def parse_batch_sizes(text: str) -> list[int]:
         sizes = sorted({int(x) for x in text.split(",") if x.strip()})
     except ValueError:
         raise UserError(f"--batch-sizes {text!r}: expected comma-separated positive integers, e.g. 1,2,4") from None
-    if not sizes or sizes[0] < 1:
-        raise UserError(f"--batch-sizes {text!r}: batch sizes must be positive integers")
+    if not sizes or sizes[0] < 1 or sizes[-1] > MAX_BATCH:
+        raise UserError(f"--batch-sizes {text!r}: batch sizes must be positive integers up to {MAX_BATCH:,}")
     return sizes
+
+
+def parse_probes(text: str) -> list[str]:
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if not names:
+        raise UserError(f"--probes {text!r}: no probe named (available: sweep, granularity, offload, jitter)")
+    return names
 
 
 def parse_threshold(text: str) -> tuple[str, str, float]:
@@ -89,9 +205,12 @@ def parse_threshold(text: str) -> tuple[str, str, float]:
     if not m:
         raise UserError(f"--threshold {text!r}: expected RULE.name=value, e.g. GC001.max_overhead_pct=40")
     try:
-        return m.group(1), m.group(2), float(m.group(3))
+        value = float(m.group(3))
     except ValueError:
         raise UserError(f"--threshold {text!r}: {m.group(3)!r} is not a number") from None
+    if not math.isfinite(value):
+        raise UserError(f"--threshold {text!r}: a threshold must be a finite number")
+    return m.group(1), m.group(2), value
 
 
 def validate_thresholds(overrides: dict[str, dict[str, float]], source: str) -> None:
@@ -108,27 +227,68 @@ def validate_thresholds(overrides: dict[str, dict[str, float]], source: str) -> 
                                 f"(it has: {', '.join(sorted(names)) or 'none'})")
 
 
+def _toml_run_fields() -> dict[str, Any]:
+    return {f.name: f for f in dataclasses.fields(RunConfig) if f.name not in ("thresholds", "command", "tui")}
+
+
+def _one_line(exc: msgspec.ValidationError) -> str:
+    # "Expected `int`, got `str` - at `$.seq_len`" -> "seq_len: expected int, got str"
+    text = str(exc).splitlines()[0]
+    m = re.fullmatch(r"(.*?) - at `\$\.?(.*)`", text)
+    msg, where = (m.group(1), m.group(2)) if m else (text, "")
+    msg = msg.replace("`", "")
+    msg = msg[:1].lower() + msg[1:]
+    return f"{where}: {msg}" if where else msg
+
+
+def decode_run_table(run: dict[str, Any], source: str) -> dict[str, Any]:
+    """A `[run]` table as RunConfig keyword arguments, each value of its field's exact type."""
+    fields = _toml_run_fields()
+    bad = sorted(set(run) - set(fields))
+    if bad:
+        raise UserError(f"{source}: unknown [run] key(s) {', '.join(bad)} (known: {', '.join(sorted(fields))})")
+    run = dict(run)
+    if "memory_limit_bytes" in run and isinstance(run["memory_limit_bytes"], str):
+        run["memory_limit_bytes"] = parse_size(run["memory_limit_bytes"], f"{source}: [run] memory_limit_bytes")
+    hints = get_type_hints(RunConfig)
+    spec = msgspec.defstruct("Run", [(name, hints[name]) for name in fields if name in run],
+                             forbid_unknown_fields=True, kw_only=True)
+    try:
+        decoded = msgspec.convert(run, spec, strict=True)
+    except msgspec.ValidationError as exc:
+        raise UserError(f"{source}: [run] {_one_line(exc)}") from None
+    return {name: getattr(decoded, name) for name in run}
+
+
 def load_toml(path: str | Path) -> tuple[dict[str, Any], dict[str, dict[str, float]]]:
     """(run settings, threshold overrides) from a TOML file; one-line errors for bad files."""
     p = Path(path)
+    source = f"config file {path}"
     if not p.is_file():
-        raise UserError(f"config file {path}: not found")
+        raise UserError(f"{source}: not found")
     try:
         data = tomllib.loads(p.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"config file {path}: not valid TOML ({exc})") from None
+        raise UserError(f"{source}: not valid TOML ({str(exc).splitlines()[0]})") from None
+    except OSError as exc:
+        raise UserError(f"{source}: cannot read ({exc.strerror})") from None
     unknown = set(data) - {"run", "thresholds"}
     if unknown:
-        raise UserError(f"config file {path}: unknown section(s) {', '.join(sorted(unknown))} (use [run], [thresholds.RULE])")
-    run = data.get("run", {})
-    names = {f.name for f in dataclasses.fields(RunConfig)} - {"thresholds", "command"}
-    bad = set(run) - names
-    if bad:
-        raise UserError(f"config file {path}: unknown [run] key(s) {', '.join(sorted(bad))}")
+        raise UserError(f"{source}: unknown section(s) {', '.join(sorted(unknown))} (use [run], [thresholds.RULE])")
+    run_table = data.get("run", {})
+    if not isinstance(run_table, dict):
+        raise UserError(f"{source}: run = {run_table!r}: expected a [run] table")
+    table = data.get("thresholds", {})
+    if not isinstance(table, dict):
+        raise UserError(f"{source}: thresholds = {table!r}: expected [thresholds.RULE] tables of numbers")
     thresholds: dict[str, dict[str, float]] = {}
-    for rule, values in data.get("thresholds", {}).items():
-        if not isinstance(values, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values.values()):
-            raise UserError(f"config file {path}: [thresholds.{rule}] must hold numbers")
+    for rule, values in table.items():
+        if not isinstance(values, dict):
+            raise UserError(f"{source}: thresholds.{rule} = {values!r}: expected a [thresholds.{rule}] table of numbers")
+        for name, v in values.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise UserError(f"{source}: thresholds.{rule}.{name} = {v!r}: expected a finite number")
         thresholds[rule] = {k: float(v) for k, v in values.items()}
-    validate_thresholds(thresholds, f"config file {path}")
+    run = decode_run_table(run_table, source)
+    validate_thresholds(thresholds, source)
     return run, thresholds

@@ -6,6 +6,7 @@ import threading
 import time
 from typing import Any, TextIO
 
+from gcdoctor.report.format import term_escape
 from gcdoctor.events import (LogMessage, MeasurementRecorded, ProbeFinished, ProbeStarted, Progress, RunFinished,
                              RunStarted, StepMeasured, VerdictIssued)
 
@@ -27,7 +28,7 @@ class ConsolePrinter:
         if self._progress_shown:
             self.out.write("\r\033[K")
             self._progress_shown = False
-        self.out.write(f"[{time.monotonic() - self._t0:6.1f}s] {text}\n")
+        self.out.write(f"[{time.monotonic() - self._t0:6.1f}s] {term_escape(text)}\n")
         self.out.flush()
 
     def __call__(self, ev: Any) -> None:
@@ -46,8 +47,8 @@ class ConsolePrinter:
                 self._line(f"  {what}: {ev.message}")
             elif isinstance(ev, StepMeasured):
                 if self.tty:
-                    self.out.write(f"\r\033[K  {ev.probe} {ev.variant} b={ev.batch_size} {ev.phase} step "
-                                   f"{ev.step_index}: {ev.step_ms:.1f} ms")
+                    self.out.write("\r\033[K" + term_escape(f"  {ev.probe} {ev.variant} b={ev.batch_size} {ev.phase} step "
+                                                            f"{ev.step_index}: {ev.step_ms:.1f} ms"))
                     self.out.flush()
                     self._progress_shown = True
                 elif self.verbose:

@@ -119,17 +119,28 @@ def event_to_json(event: Any, wall: float | None = None) -> str:
 
 
 def event_from_json(line: str) -> Any:
+    """An event from one events.jsonl line; ValueError (one line, naming the field) if it is not one."""
     data = json.loads(line)
-    cls = EVENT_TYPES[data.pop("type")]
+    if not isinstance(data, dict):
+        raise ValueError("an event line must be a JSON object")
+    name = data.pop("type", None)
+    cls = EVENT_TYPES.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise ValueError(f"unknown event type {name!r}")
     data.pop("wall", None)
     return from_dict(cls, data)
 
 
 def read_events(path: str) -> Iterable[Any]:
-    with open(path) as fh:
+    """The events of an events.jsonl. A line that does not decode (the last one of a killed run,
+    cut short; one from a newer gcdoctor) is skipped: a recording is read as far as it goes."""
+    with open(path, errors="replace") as fh:
         for line in fh:
             if line.strip():
-                yield event_from_json(line)
+                try:
+                    yield event_from_json(line)
+                except (ValueError, TypeError, RecursionError):
+                    continue
 
 
 class EventBus:

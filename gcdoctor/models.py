@@ -17,6 +17,14 @@ DEFAULT_GPU_MODEL = "llama3-8b"
 DEFAULT_CPU_MODEL = "tiny-llama"
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "phi3")
 _REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+# what a decoder can be; beyond these a config is a typo or an attack (vocab 10^30, heads 2^40)
+_RANGES = {"hidden_size": 1 << 17, "intermediate_size": 1 << 20, "num_hidden_layers": 10_000,
+           "num_attention_heads": 4096, "num_key_value_heads": 4096, "head_dim": 4096, "vocab_size": 1 << 24,
+           "max_position_embeddings": 1 << 24}
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 @dataclass
@@ -110,9 +118,18 @@ def load_spec(name_or_path: str, layers: int | None = None) -> ModelSpec:
 def spec_from_config(cfg: dict[str, Any], name: str, source: str, layers: int | None = None) -> ModelSpec:
     """A spec from a Hugging Face config as a dict (a config.json's, or a live model's `config.to_dict()`)."""
     cfg = {k: v for k, v in cfg.items() if not k.startswith("_")}
-    missing = [k for k in _REQUIRED if not isinstance(cfg.get(k), int) or cfg.get(k) <= 0]
+    missing = [k for k in _REQUIRED if not _is_int(cfg.get(k)) or cfg.get(k) <= 0]
     if missing:
         raise UserError(f"model config {source}: missing or invalid {', '.join(missing)}")
+    for key, hi in _RANGES.items():
+        v = cfg.get(key)
+        if v is None and key not in _REQUIRED:
+            continue
+        if not _is_int(v) or not 1 <= v <= hi:
+            raise UserError(f"model config {source}: {key} = {v!r}: must be an integer from 1 to {hi:,}")
+    for key in ("tie_word_embeddings", "attention_bias", "mlp_bias"):
+        if key in cfg and not isinstance(cfg[key], bool):
+            raise UserError(f"model config {source}: {key} = {cfg[key]!r}: must be true or false")
     mtype = str(cfg.get("model_type", ""))
     if mtype not in SUPPORTED_TYPES:
         raise UserError(f"model config {source}: model_type {mtype!r} is not a supported decoder "

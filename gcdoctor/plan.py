@@ -6,7 +6,6 @@ so a prediction can be checked against a measurement of the same configuration.
 from __future__ import annotations
 
 import json
-import math
 import re
 from typing import Any
 
@@ -29,25 +28,9 @@ _MEMORY_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*
 
 
 def parse_memory(text: str | int | float) -> int:
-    """Bytes from '48GB' (10^9), '80GiB' (2^30), '49152MiB', '141e9' or a plain number.
-
-    Single-letter suffixes ('48G') are refused: GB and GiB differ by 7%, which is a batch size.
-    """
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        value, unit = float(text), ""
-    else:
-        m = _MEMORY_RE.match(str(text))
-        if not m:
-            raise UserError(f"--device-memory {text!r}: expected a size such as 48GB, 80GiB or 141e9")
-        value, unit = float(m.group(1)), m.group(2).lower()
-        if unit not in _UNITS:
-            hint = f" (say {unit.upper()}B or {unit.upper()}iB)" if unit in ("k", "m", "g", "t") else ""
-            raise UserError(f"--device-memory {text!r}: unknown unit {m.group(2)!r}{hint}; "
-                            f"use B, KB, MB, GB, TB (powers of 10) or KiB, MiB, GiB, TiB (powers of 2)")
-    nbytes = value * _UNITS[unit]
-    if not math.isfinite(nbytes) or nbytes < 2 ** 20:
-        raise UserError(f"--device-memory {text!r}: {nbytes:.0f} bytes is not a device memory size")
-    return int(nbytes)
+    """Bytes of device memory: gcdoctor.config.parse_size (the one size parser), at least 1 MiB."""
+    from gcdoctor.config import parse_size
+    return parse_size(text, "--device-memory", minimum=2 ** 20)
 
 
 def _gib(n: int | float) -> str:

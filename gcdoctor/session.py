@@ -5,11 +5,16 @@ It never decides whether a number is good (rules do) and never prints (front end
 """
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import tempfile
 import threading
 import time
 import traceback
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Callable
 
 from gcdoctor import models
@@ -191,8 +196,19 @@ class ProbeContext:
 
     def _profile(self, step: TrainingStep, key: str, variant: str, batch_size: int,
                  records: list[StepRecord]) -> None:
-        name = key.replace("/", "-")
-        prof_records, path = profile_steps(step, 2, self.rundir.file(f"traces/{name}.json.gz"))
+        from gcdoctor.perfetto import trace_file_name
+        from gcdoctor.rundir import safe_name
+        # torch writes the trace's own path into it unescaped: export under a plain temporary name
+        # (a '"' in --out would make the trace unreadable), then move it into the run directory,
+        # named as tensorboard_trace_handler names traces: traces/VARIANT/HOST_PID.MS.pt.trace.json.gz
+        tmp = Path(tempfile.mkdtemp(prefix="gcdoctor-trace-"))
+        try:
+            prof_records, tmp_path = profile_steps(step, 2, tmp / "trace.json.gz")
+            path = self.rundir.file(f"traces/{safe_name(key.replace('/', '-'))}") / trace_file_name()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(tmp_path), str(path))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         for i, rec in enumerate(prof_records):
             self.bus.emit(StepMeasured(key.split("/")[0], variant, batch_size, i, rec.step_ms, "profile", rec.loss,
                                        rec.peak_allocated_bytes))
@@ -261,6 +277,8 @@ class Session:
         self.report_path = None  # set when the run has written its reports
         self._issued: dict[tuple[str, str], tuple[str, str]] = {}
         self._facts_lock = threading.Lock()
+        self.finishing = False
+        self.signalled = False  # SIGINT/SIGTERM received during run() (see _StopSignals)
 
     def _validate(self) -> None:
         c, r = self.config, self.resolved
@@ -338,7 +356,7 @@ class Session:
             "measure_steps": self.config.measure_steps}, self.facts.environment.__dict__))
         interrupted, error = False, None
         ctx = ProbeContext(self)
-        with self.backend.tracking():
+        with self._signals(), self.backend.tracking():
             self._start_telemetry()
             try:
                 for probe in self.probes:
@@ -353,6 +371,7 @@ class Session:
                         raise
                     except Exception as exc:  # noqa: BLE001 - one failing probe must not lose the others
                         detail = traceback.format_exc(limit=-3)
+                        self.rundir.write_error(f"probe {probe.name} failed:\n{traceback.format_exc()}")
                         self.facts.unavailable[probe.name] = f"probe failed: {type(exc).__name__}: {exc}"
                         self.bus.emit(LogMessage(f"probe {probe.name} failed: {exc}\n{detail}", "error"))
                         self.bus.emit(ProbeFinished(probe.name, False, str(exc), time.monotonic() - t0))
@@ -372,8 +391,14 @@ class Session:
                 self._finish(t_start, interrupted, error)
         return self.verdicts
 
+    def _signals(self) -> "_StopSignals":
+        return _StopSignals(self)
+
     def _finish(self, t_start: float, interrupted: bool, error: str | None) -> None:
         from gcdoctor.report import write_reports
+        self.finishing = True  # from here on a second Ctrl-C or SIGTERM is noted, never raised
+        interrupted = interrupted or self.stop_requested.is_set()
+        _destroy_process_group()
         self._stop_telemetry()
         st = self.facts.settings
         st.finished_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -382,8 +407,82 @@ class Session:
         self.save_facts()
         self.judge()
         report = self.report_path = write_reports(self.rundir.path, self.facts, self.verdicts)
+        try:
+            from gcdoctor.perfetto import annotate_run
+            annotate_run(self.rundir.path)
+        except Exception as exc:  # noqa: BLE001 - the traces stay as torch wrote them
+            self.bus.emit(LogMessage(f"telemetry counters not added to the traces: {exc}", "warning"))
         counts: dict[str, int] = {}
         for v in self.verdicts:
             counts[v.severity] = counts.get(v.severity, 0) + 1
         self.bus.emit(RunFinished(str(self.rundir.path), interrupted, error, str(report), counts))
         self.rundir.close()
+
+
+def _destroy_process_group() -> None:
+    """DeepSpeed's variants start a one-process group: end it, or NCCL warns at exit."""
+    try:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - best effort at the end of a run
+        pass
+
+
+class _StopSignals:
+    """SIGINT and SIGTERM during a run (main thread only). The first asks the run to stop at the
+    next step boundary (`ProbeContext.check_stop`): the step in flight finishes and is recorded, so
+    a signal never lands between a measurement and its recording. A second one, while the run has
+    not yet stopped, stops it at once (KeyboardInterrupt where it is: a long compile, a model
+    build). Any signal while the run writes its results is noted and ignored, so a second Ctrl-C
+    50 ms after the first cannot lose report.html."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.saved: dict[int, Any] = {}
+
+    @staticmethod
+    def _say(text: str) -> None:
+        import sys
+        try:  # the terminal's descriptor (fd 2 itself goes to gcdoctor.log during a run)
+            os.write(sys.stderr.fileno(), text.encode())
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        s = self.session
+        s.signalled = True  # the command ends with 130, whenever in the run the signal came
+        if s.finishing:
+            self._say("gcdoctor: stopping; writing what was measured\n")
+            return
+        if not s.stop_requested.is_set():
+            s.stop_requested.set()
+            self._say("gcdoctor: stopping after the step in flight (Ctrl-C again to stop now)\n")
+            return
+        raise KeyboardInterrupt
+
+    def __enter__(self) -> "_StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                try:
+                    self.saved[sig] = signal.signal(sig, self._handler)
+                except (ValueError, OSError):
+                    pass
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, old in self.saved.items():
+            try:
+                # once stopped by a signal, with its results on disk, a later signal ends the process
+                # at once with 130 (never -2 or -15 from a signal that lands in the interpreter's exit)
+                signal.signal(sig, _exit_130 if self.session.signalled else old)
+            except (ValueError, OSError):
+                pass
+
+
+def _exit_130(signum: int, frame: Any) -> None:
+    import sys
+    try:
+        sys.stdout.flush()
+    finally:
+        os._exit(130)

@@ -320,11 +320,18 @@ class _DeepSpeedState:
                 "small host" + ("" if (st.prebuilt or st.cached) else " (and its CPU Adam op is not compiled yet)")
                 + "; run `gcdoctor diagnose --probes offload` to include it")
             return self._adam_why
-        if not (st.prebuilt or st.cached):
-            self.ctx.log("offload: compiling DeepSpeed's CPU Adam op (first use; cached in the torch extensions "
-                         "directory afterwards)")
+        if not st.prebuilt:
+            # a step of its own, shown live (console and TUI): a JIT compile takes a minute or more,
+            # and the install-time build (DS_BUILD_CPU_ADAM=1, the README's set-up) avoids it
+            self.ctx.progress("offload", ZERO2, message=(
+                "loading DeepSpeed's CPU Adam op (JIT-cached)" if st.cached else
+                "compiling DeepSpeed's CPU Adam op (first use, a minute or more; cached afterwards; "
+                "DS_BUILD_CPU_ADAM=1 at install time avoids it)"))
         _deepspeed.load_cpu_adam(st)
         f.cpu_adam_load_s = st.load_s
+        if not st.prebuilt:
+            self.ctx.progress("offload", ZERO2, message=f"DeepSpeed's CPU Adam op ready in {st.load_s:.0f} s"
+                              + (f" ({st.error})" if st.error else ""))
         if st.error:
             self._adam_why = f"DeepSpeed's CPU Adam op could not be built or loaded: {st.error}"
         elif not (st.prebuilt or st.cached):

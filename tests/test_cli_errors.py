@@ -34,7 +34,7 @@ def assert_one_line_error(rc: int, err: str, needle: str) -> None:
     (["diagnose", "--device", "cuda"], "no CUDA device is available"),
     (["diagnose", "--device", "musa"], "torch_musa is not installed"),
     (["diagnose", "--device", "tpu"], "expected cpu, cuda, cuda:N, musa or musa:N"),
-    (["diagnose", "--device", "cpu", "--memory-limit", "lots"], "expected a number of bytes"),
+    (["diagnose", "--device", "cpu", "--memory-limit", "lots"], "expected a size such as 48GB"),
     (["diagnose", "--device", "cpu", "--probes", "sweep,magic"], "unknown probe(s) magic"),
     (["diagnose", "--device", "cpu", "--threshold", "GC001.nope=3"], "has no threshold 'nope'"),
     (["diagnose", "--device", "cpu", "--threshold", "GC999.x=3"], "unknown rule 'GC999'"),
@@ -116,4 +116,4 @@ def test_monitor_rejects_a_zero_rate_instead_of_running_forever(capsys):
 
     assert main(["monitor", "--telemetry-hz", "0", "--seconds", "1", "--no-tui"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["gcdoctor: error: --telemetry-hz 0: use a rate between 0 and 1000 Hz"]
+    assert err == ["gcdoctor: error: gcdoctor monitor: argument --telemetry-hz: 0 must be a finite number above 0"]

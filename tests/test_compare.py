@@ -3,7 +3,6 @@ and B/A, the verdicts that appeared, disappeared or changed severity, and one-li
 from __future__ import annotations
 
 import copy
-import re
 from pathlib import Path
 
 import pytest

@@ -32,8 +32,8 @@ def test_memory_strings_parse_to_bytes(text, expected):
     ("48 gigs", "unknown unit"),
     ("lots", "expected a size"),
     ("-5GB", "expected a size"),
-    ("0GB", "not a device memory size"),
-    ("1e400", "not a device memory size"),
+    ("0GB", "must be at least 1,048,576 bytes"),
+    ("1e400", "not a finite size"),
     ("", "expected a size"),
 ])
 def test_bad_memory_strings_are_user_errors(text, says):

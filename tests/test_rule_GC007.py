@@ -2,7 +2,6 @@
 throughputs, or a plain 'cannot choose' when the evidence does not carry a choice."""
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import pytest

@@ -133,7 +133,7 @@ def test_monitor_command_records_host_telemetry_when_there_is_no_gpu(tmp_path: P
 
 @pytest.mark.parametrize("argv, message", [
     (["monitor", "--run", "/nonexistent/run"], "--run /nonexistent/run: no such directory"),
-    (["monitor", "--no-tui", "--seconds", "0"], "--seconds 0: must be positive"),
+    (["monitor", "--no-tui", "--seconds", "0"], "gcdoctor monitor: argument --seconds: 0 must be a finite number above 0"),
 ])
 def test_monitor_user_errors_are_one_line(argv, message, capsys):
     assert main(argv) == 2

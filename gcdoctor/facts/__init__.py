@@ -6,7 +6,6 @@ measured is None, with the reason in `Facts.unavailable` under its dotted path.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,18 +143,47 @@ class Facts:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Facts":
-        return from_dict(cls, data)
+        """Typed (msgspec, strict) and range-checked: FactsDecodeError naming the field otherwise."""
+        from gcdoctor.facts.serde import check_ranges
+        facts = from_dict(cls, data)
+        check_ranges(facts)
+        return facts
 
     def save(self, path: str | Path) -> None:
-        """Write atomically, so an interrupted run never leaves half a facts.json."""
-        path = Path(path)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1, sort_keys=False))
-        tmp.replace(path)
+        """Write atomically (a unique temporary file, then a rename), so an interrupted run never
+        leaves half a facts.json and two writers never share a temporary file."""
+        import msgspec
+
+        from gcdoctor.atomic import atomic_write_bytes
+        from gcdoctor.facts.serde import to_json
+        atomic_write_bytes(path, msgspec.json.format(to_json(self), indent=1))
 
     @classmethod
     def load(cls, path: str | Path) -> "Facts":
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        """Read a facts.json; anything that is not one (bad JSON, wrong types, a schema from a
+        newer gcdoctor) is a one-line UserError naming the file and the field."""
+        import msgspec
+
+        from gcdoctor.errors import UserError
+        p = Path(path)
+        try:
+            data = msgspec.json.decode(p.read_bytes())
+        except OSError as exc:
+            raise UserError(f"{p}: cannot read ({exc.strerror or exc})") from None
+        except (msgspec.DecodeError, RecursionError) as exc:
+            raise UserError(f"{p}: not a valid gcdoctor facts file (not JSON: {str(exc).splitlines()[0][:200]})") from None
+        if not isinstance(data, dict):
+            raise UserError(f"{p}: not a valid gcdoctor facts file (expected a JSON object)")
+        version = data.get("schema_version", SCHEMA_VERSION)
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise UserError(f"{p}: not a valid gcdoctor facts file (schema_version {version!r})")
+        if version > SCHEMA_VERSION:
+            raise UserError(f"{p}: written by a newer gcdoctor (facts schema {version}; this one reads up to "
+                            f"{SCHEMA_VERSION}): upgrade gcdoctor")
+        try:
+            return cls.from_dict(data)
+        except (ValueError, TypeError, RecursionError) as exc:
+            raise UserError(f"{p}: not a valid gcdoctor facts file ({str(exc).splitlines()[0][:300]})") from None
 
 
 __all__ = [

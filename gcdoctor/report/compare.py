@@ -18,7 +18,7 @@ from gcdoctor.engine import SEVERITY_ORDER, Verdict, evaluate
 from gcdoctor.errors import UserError
 from gcdoctor.facts import Facts
 from gcdoctor.report.html_parts import Raw, figure, figures, kv, section, table
-from gcdoctor.report.model import GIB, MIB, change, format_with_unit, header_of
+from gcdoctor.report.model import GIB, MIB, change, format_with_unit
 from gcdoctor.report import sections as report_sections
 from gcdoctor.report.svg import Series, color_for, esc, line_plot
 

@@ -10,7 +10,7 @@ import textwrap
 from gcdoctor.engine import EXPERIMENT, SEVERITY_ORDER, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.report.bottom_line import MARK, PRESCRIPTION, WIDTH, bottom_line_for
-from gcdoctor.report.format import text_table
+from gcdoctor.report.format import term_safe, text_table
 from gcdoctor.report.model import format_value
 from gcdoctor.report.sections.sweep import sweep_rows
 
@@ -78,4 +78,4 @@ def summary(facts: Facts, verdicts: list[Verdict], report_path: str | None = Non
         lines += [""] + wrap(f"Not judged for lack of data: {', '.join(skipped)} (reasons in the report).", width)
     if report_path:
         lines += ["", f"report: {report_path}"]  # never cut: it is copied and pasted
-    return "\n".join(lines)
+    return term_safe("\n".join(lines))

@@ -38,18 +38,41 @@ def text_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-_CONTROL = {c: None for c in range(32) if c not in (9, 10)}
-_CONTROL[127] = None
+# -- escaping, one function per sink (HTML: gcdoctor.report.svg.esc) ----------------------------
+# C0 controls but tab and newline, DEL, the C1 controls (0x9b is a one-byte CSI on some terminals)
+# and the bidirectional overrides and isolates (text that reads differently from what it is)
+_CONTROL = {c: None for c in [*range(32), *range(0x7F, 0xA0), 0x2028, 0x2029, *range(0x202A, 0x202F),
+                              *range(0x2066, 0x206A)] if c not in (9, 10)}
 
 
-def term_safe(text: str) -> str:
-    """Text for the terminal: control characters (ESC sequences included) dropped."""
+def term_safe(text: object) -> str:
+    """Text for the terminal (console, one-line errors, the TUI): control characters (ESC
+    sequences included), C1 controls and bidi overrides dropped."""
     return str(text).translate(_CONTROL)
+
+
+term_escape = term_safe  # the name the platform code used first
+
+
+def file_name(text: object, limit: int = 80) -> str:
+    """Text for a file-name component: gcdoctor.rundir.safe_name (no separators, quotes or controls)."""
+    from gcdoctor.rundir import safe_name
+    return safe_name(str(text), limit)
+
+
+def md_fence(text: str, info: str = "") -> str:
+    """A fenced code block that no line of `text` can close: the fence is one backtick longer
+    than the longest run of backticks inside (CommonMark), so a name holding "```" and a newline
+    cannot break out of the block and have the rest rendered as Markdown or HTML."""
+    import re
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{info}\n{term_safe(text)}\n{fence}"
 
 
 def md_escape(text: str) -> str:
     """Text for Markdown: inert (no raw HTML, no link or image syntax, no control characters)."""
-    s = term_safe(text)
-    for a, b in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("[", "\\["), ("]", "\\]")):
+    s = " ".join(term_safe(text).split("\n"))  # one line: no heading, fence or list can start inside it
+    for a, b in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("[", "\\["), ("]", "\\]"), ("`", "\\`")):
         s = s.replace(a, b)
     return s

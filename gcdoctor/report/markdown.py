@@ -6,7 +6,7 @@ from __future__ import annotations
 from gcdoctor.engine import EXPERIMENT, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.report.bottom_line import PRESCRIPTION, bottom_line_text
-from gcdoctor.report.format import md_table
+from gcdoctor.report.format import md_fence, md_table, term_safe
 from gcdoctor.report.model import Section, Table, drop_empty_columns, format_value, format_with_unit, header_of
 from gcdoctor.report.sections import present
 from gcdoctor.report.verdicts import by_topic, configuration_findings, environment_rows, sort_key
@@ -32,7 +32,7 @@ def verdict_block(v: Verdict) -> list[str]:
     if v.recommendation:
         lines += ["", f"**What to do.** {md_text(v.recommendation)}"]
     if v.status == "error" and v.traceback:
-        lines += ["", "```", v.traceback.rstrip(), "```"]
+        lines += ["", md_fence(v.traceback.rstrip())]
     return lines + [""]
 
 
@@ -85,7 +85,7 @@ def render_markdown(facts: Facts, verdicts: list[Verdict]) -> str:
     parts = [title]
     if facts.settings.interrupted:
         parts.append("> The run was interrupted: what follows is what was measured before it stopped.")
-    parts.append("## Bottom line\n\n```text\n" + bottom_line_text(facts, verdicts) + "\n```")
+    parts.append("## Bottom line\n\n" + md_fence(bottom_line_text(facts, verdicts), "text"))
     findings = configuration_findings(verdicts)
     if findings:
         parts.append("## Your configuration: what to do\n\n" + "\n".join(
@@ -106,7 +106,7 @@ def render_markdown(facts: Facts, verdicts: list[Verdict]) -> str:
             [[v.code, v.slug, v.scope, v.status, md_text(v.headline + (f" ({v.subject})" if v.subject else ""))]
              for v in sorted(rest, key=sort_key)]))
     parts.append("## Environment\n\n" + md_table(["", ""], [[k, md_text(v)] for k, v in environment_rows(facts)]))
-    return "\n\n".join(parts) + "\n"
+    return term_safe("\n\n".join(parts) + "\n")  # no control character from any source reaches the file
 
 
 __all__ = ["by_topic", "render_markdown"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import csv
+import io
 import math
 import threading
 import time
@@ -358,13 +359,13 @@ class TelemetrySampler:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         data = self.samples()
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        with open(tmp, "w", newline="") as fh:
-            w = csv.writer(fh)
-            w.writerow(["t_monotonic_s", "wall_time_s", *self.series])
-            for i, t in enumerate(data["t"]):
-                w.writerow(_csv_row(t, data["wall"][i], [data[s][i] for s in self.series]))
-        tmp.replace(path)
+        buf = io.StringIO(newline="")
+        w = csv.writer(buf)
+        w.writerow(["t_monotonic_s", "wall_time_s", *self.series])
+        for i, t in enumerate(data["t"]):
+            w.writerow(_csv_row(t, data["wall"][i], [data[s][i] for s in self.series]))
+        from gcdoctor.atomic import atomic_write_text
+        atomic_write_text(path, buf.getvalue())
         self.path = str(path)
         return self.path
 

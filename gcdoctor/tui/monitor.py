@@ -214,6 +214,23 @@ class MonitorSession:
         self.rundir.close()
 
 
+class JsonLinesPrinter:
+    """`monitor --no-tui --json`: every event but the telemetry samples, one JSON object a line
+    (the format of events.jsonl), for a script to follow."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.out = stream or sys.stdout
+        self._lock = threading.Lock()
+
+    def __call__(self, ev: Any) -> None:
+        from gcdoctor.events import TelemetrySampled, event_to_json
+        if isinstance(ev, TelemetrySampled):
+            return
+        with self._lock:
+            self.out.write(event_to_json(ev) + "\n")
+            self.out.flush()
+
+
 class MonitorPrinter:
     """Console front end of the monitor (--no-tui): warnings and process changes, one line each."""
 
@@ -222,7 +239,8 @@ class MonitorPrinter:
         self._lock = threading.Lock()
 
     def _line(self, text: str) -> None:
-        self.out.write(text + "\n")
+        from gcdoctor.report.format import term_escape
+        self.out.write(term_escape(text) + "\n")
         self.out.flush()
 
     def __call__(self, ev: Any) -> None:
@@ -267,7 +285,7 @@ def run_monitor(args: Any) -> int:
             raise source.error
         print(f"recorded to {session.rundir.path}")
         return 0
-    session.bus.subscribe(MonitorPrinter())
+    session.bus.subscribe(JsonLinesPrinter() if getattr(args, "json", False) else MonitorPrinter())
     try:
         session.run()
     except KeyboardInterrupt:  # a second Ctrl-C while writing: the record may be partial

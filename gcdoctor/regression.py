@@ -1,0 +1,56 @@
+"""`compare --fail-on-regression PCT` and `compare --json`: which of B's numbers are worse than A's.
+
+A metric has a direction only where better is unambiguous: step time and peak or activation
+memory (lower is better), tokens/s and the largest batch (higher is better). Every other row is
+shown but never judged a regression.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+# label prefix -> +1 where higher is worse, -1 where lower is worse
+DIRECTIONS = (("step time", +1), ("peak allocated", +1), ("activation memory", +1), ("tokens/s", -1),
+              ("largest batch", -1))
+
+
+def direction(label: str) -> int:
+    for prefix, d in DIRECTIONS:
+        if label.startswith(prefix):
+            return d
+    return 0
+
+
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def regressions(rows: list[Any], pct: float | None) -> list[dict[str, Any]]:
+    """Rows where B is worse than A by more than `pct` percent (of A's value)."""
+    if pct is None:
+        return []
+    out = []
+    for r in rows:
+        d = direction(r.label)
+        a, b = _number(r.a), _number(r.b)
+        if not d or a is None or b is None or a <= 0 or getattr(r, "note", None):
+            continue
+        worse = d * (b - a) / a * 100.0
+        if worse > pct:
+            out.append({"group": r.group, "label": r.label, "a": a, "b": b, "worse_pct": round(worse, 2)})
+    return out
+
+
+def compare_json(a: Any, b: Any, pct: float | None) -> dict[str, Any]:
+    from gcdoctor.report.compare import compare_rows, verdict_changes
+    rows = compare_rows(a, b)
+    changes = verdict_changes(a.verdicts, b.verdicts)
+    return {
+        "run_a": str(a.path), "run_b": str(b.path),
+        "rows": [{**dataclasses.asdict(r), "change": r.change} for r in rows],
+        "verdict_changes": [{"kind": c.kind, "code": c.code, "subject": c.subject,
+                             "a": c.a.to_dict() if c.a is not None else None,
+                             "b": c.b.to_dict() if c.b is not None else None} for c in changes],
+        "fail_on_regression_pct": pct,
+        "regressions": regressions(rows, pct),
+    }

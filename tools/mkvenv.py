@@ -1,0 +1,83 @@
+"""Make gcdoctor's virtual environment so that it sees the torch this machine already has.
+
+    python3 tools/mkvenv.py .venv
+
+`python3 -m venv --system-site-packages` only sees the *base* interpreter's packages. Where a vendor
+ships torch in an environment of its own (a venv or conda env that `python3` runs from, such as
+/opt/torch/.venv on the lent H200 machines), a plain venv made from it would not see that torch,
+and the set-up would install a CPU torch over it. This script makes the venv with the system site
+packages and, when `python3` is itself inside an environment, adds that environment's
+site-packages to the new venv through a `.pth` file, after the venv's own: the vendor's torch,
+CUDA/MUSA libraries and all, is then importable and pip counts it as installed, so nothing that
+gcdoctor installs replaces it. An existing venv is kept (re-running is harmless).
+
+`--cpu-adam` prints 1 where DeepSpeed's CPU Adam op should be built at install time (a GPU is
+visible and a C++ compiler exists), else 0: the value of DS_BUILD_CPU_ADAM for the set-up command.
+Stdlib only: it runs before anything is installed.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import site
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+PTH_NAME = "_gcdoctor_outer_env.pth"
+
+
+def outer_site_packages() -> list[str]:
+    """The site-packages of the environment this interpreter runs in, when it is not the base one."""
+    if sys.prefix == sys.base_prefix:
+        return []  # a plain interpreter: --system-site-packages already sees its packages
+    paths = []
+    for p in [*site.getsitepackages(), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]:
+        if p not in paths and os.path.isdir(p):
+            paths.append(p)
+    return paths
+
+
+def make_venv(target: Path) -> Path:
+    if not (target / "pyvenv.cfg").is_file():
+        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(target)], check=True)
+    py = target / "bin" / "python"
+    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    outer = outer_site_packages()
+    pth = Path(purelib) / PTH_NAME
+    if outer:
+        pth.write_text("".join(f"{p}\n" for p in outer))
+        print(f"{target}: sees the packages of {sys.prefix} ({', '.join(outer)})")
+    elif pth.exists():
+        pth.unlink()
+    return target
+
+
+def want_cpu_adam() -> str:
+    """'1' where building DeepSpeed's CPU Adam at install time pays: a GPU and a compiler."""
+    if not (shutil.which("c++") or shutil.which("g++")):
+        return "0"
+    try:
+        import torch  # noqa: PLC0415 - optional: only asked where torch is installed
+    except ImportError:
+        return "0"
+    musa = getattr(torch, "musa", None)
+    gpu = torch.cuda.is_available() or bool(musa is not None and musa.is_available())
+    return "1" if gpu else "0"
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--cpu-adam"]:
+        print(want_cpu_adam())
+        return 0
+    if len(argv) != 1:
+        print("usage: python3 tools/mkvenv.py VENV_DIR | --cpu-adam", file=sys.stderr)
+        return 2
+    make_venv(Path(argv[0]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
