@@ -1,5 +1,3 @@
-import sys
+from gcdoctor.cli import entry
 
-from gcdoctor.cli import main
-
-sys.exit(main())
+entry()

@@ -548,6 +548,21 @@ def main(argv: list[str] | None = None) -> int:
         return _crash(exc)
 
 
+def entry() -> None:
+    """The `gcdoctor` command: main(), then the exit. An interrupted run has written everything by
+    then; it leaves at once, without the interpreter's teardown (torch's and the threads' can take
+    seconds), where a late Ctrl-C or SIGTERM would find Python's handlers gone and kill it with -2."""
+    code = main()
+    if code == EXIT_INTERRUPTED:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+    sys.exit(code)
+
+
 # what each optional package is for, for a one-line error when it is missing
 _EXTRAS = {"torch": "run", "transformers": "run", "textual": "run", "accelerate": "run", "pandas": "pandas",
            "pynvml": "nvidia", "deepspeed": "deepspeed"}
