@@ -34,7 +34,8 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="embedded model name (see `gcdoctor models`) or a path to a config.json "
                                    "(default: llama3-8b on a GPU, tiny-llama on the CPU)")
     p.add_argument("--layers", type=_positive_int, help="truncate the decoder stack to N layers")
-    p.add_argument("--device", help="auto (default), cpu, cuda, cuda:N, musa, musa:N")
+    p.add_argument("--device", help="auto (default), cpu, cuda, cuda:N, musa, musa:N; plan also takes a card: "
+                                    "mtt-s4000, mtt-s5000, a100-40gb, a100-80gb, h100-80gb, h200")
     p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], help="default bf16 on a GPU, fp32 on the CPU")
     p.add_argument("--seq-len", type=_positive_int, help="default 4096 on a GPU, 128 on the CPU")
     p.add_argument("--optimizer", choices=["adamw", "sgd"], default=None)
@@ -88,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     pl = sub.add_parser("plan", help="predict peak memory and the largest batch before running")
     _add_run_args(pl)
-    pl.add_argument("--device-memory", required=True, help="device memory, e.g. 48GB, 80GiB, 141e9")
+    pl.add_argument("--device-memory", help="device memory, e.g. 48GB, 80GiB, 141e9 (default: the --device card's)")
     pl.add_argument("--batch-sizes", help="batch sizes to tabulate (default: powers of two up to the max)")
     pl.add_argument("--master-weights", choices=["none", "fp32"], default="none",
                     help="fp32 master weights and optimizer states (mixed precision)")

@@ -17,8 +17,15 @@ def test_facts_hold_a_prediction_per_point_and_the_largest_batches():
     spec = load_spec("llama3-8b")
     mm = M.memory_model_facts(spec, 4096, points=[("no_gc", 1), ("gc", 1), ("gc", 8)], capacity_bytes=H200_BYTES)
     assert [(p.variant, p.batch_size) for p in mm.points] == [("no_gc", 1), ("gc", 1), ("gc", 8)]
-    assert mm.max_batch == {"no_gc": M.max_batch(spec, mm.usable_bytes, 4096),
-                            "gc": M.max_batch(spec, mm.usable_bytes, 4096, gc=True)}
+    assert mm.max_batch_allocated == {"no_gc": M.max_batch(spec, mm.usable_bytes, 4096),
+                                      "gc": M.max_batch(spec, mm.usable_bytes, 4096, gc=True)}
+    assert mm.max_batch == mm.max_batch_by_allocator["default"]
+    for alloc in ("default", "expandable"):
+        for variant, best in mm.max_batch_by_allocator[alloc].items():
+            assert best <= mm.max_batch_allocated[variant]
+            assert M.fit(spec, M.Workload(best, 4096, gc=variant == "gc"), H200_BYTES, alloc).fits
+    assert mm.usable_bytes == H200_BYTES - M.DEVICE_CONTEXT_BYTES and "assumed" in mm.context_source
+    assert all(p.fits is not None and p.fits_expandable is not None for p in mm.points)
     direct = M.predict(spec, M.Workload(8, 4096, gc=True))
     assert mm.predicted_peak("gc", 8) == direct.peak_bytes
     assert mm.get("gc", 8).peak_where == "loss backward"

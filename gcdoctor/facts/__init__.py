@@ -17,7 +17,7 @@ from gcdoctor.facts.memory import MemoryModelFacts
 from gcdoctor.facts.monitor import MonitorFacts
 from gcdoctor.facts.offload import OffloadFacts
 from gcdoctor.facts.serde import from_dict, to_dict
-from gcdoctor.facts.sweep import Measurement, SearchTrial, SweepFacts
+from gcdoctor.facts.sweep import Measurement, OomInfo, SearchTrial, SweepFacts
 from gcdoctor.facts.telemetry import SeriesSummary, TelemetryFacts
 from gcdoctor.facts.trace import RankSummary, TraceMetrics
 from gcdoctor.facts.watch import WatchFacts
@@ -160,6 +160,6 @@ class Facts:
 
 __all__ = [
     "Environment", "Facts", "GranularityFacts", "JitterFacts", "Measurement", "MemoryModelFacts",
-    "ModelInfo", "MonitorFacts", "OffloadFacts", "ProfilerOverhead", "RunSettings", "SCHEMA_VERSION", "SearchTrial",
+    "ModelInfo", "MonitorFacts", "OffloadFacts", "OomInfo", "ProfilerOverhead", "RunSettings", "SCHEMA_VERSION", "SearchTrial",
     "SeriesSummary", "SweepFacts", "TelemetryFacts", "TraceMetrics", "WatchFacts",
 ]

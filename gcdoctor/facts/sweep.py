@@ -7,6 +7,32 @@ from gcdoctor.facts.telemetry import SeriesSummary
 
 
 @dataclass
+class OomInfo:
+    """An out-of-memory error, read and classified (gcdoctor.backends.oom says how).
+
+    Bytes come from the allocator's own counters at the failure where the backend has them
+    (`source` "allocator"), else from the error message (two decimals of their unit)."""
+
+    spelling: str = ""  # which recogniser matched: caching allocator, CPU allocator, runtime, BLAS, ...
+    phase: str | None = None  # forward | backward | optimizer | setup
+    request_bytes: int | None = None  # the allocation that failed (the allocator's rounded block)
+    allocated_bytes: int | None = None  # handed out to tensors at the failure
+    reserved_bytes: int | None = None  # held by the caching allocator at the failure
+    reserved_unallocated_bytes: int | None = None  # cached but free: reserved - allocated
+    device_total_bytes: int | None = None
+    device_free_bytes: int | None = None  # the driver's free memory at the failure
+    allowed_bytes: int | None = None  # the --memory-limit in force, if any
+    headroom_bytes: int | None = None  # what the process could still get: free, capped by the limit
+    kind: str = "unknown"  # fragmentation | mixed | capacity | unknown
+    source: str = ""  # allocator | message | allocator+message
+    message: str = ""  # the error's first line, as raised
+
+    @property
+    def fragmentation(self) -> bool:
+        return self.kind in ("fragmentation", "mixed")
+
+
+@dataclass
 class Measurement:
     """One variant at one batch size: medians of synchronised steps after a warm-up.
 
@@ -21,6 +47,7 @@ class Measurement:
     fits: bool = True
     oom_phase: str | None = None  # forward | backward | optimizer, when fits is False
     error: str | None = None
+    oom: OomInfo | None = None  # the OOM read and classified, when fits is False because of one
     step_ms: list[float] = field(default_factory=list)
     step_ms_median: float | None = None
     forward_ms_median: float | None = None  # forward + loss
@@ -31,6 +58,7 @@ class Measurement:
     peak_fwd_bwd_allocated_bytes: int | None = None
     peak_optimizer_allocated_bytes: int | None = None
     allocated_before_bytes: int | None = None  # before this measurement built its step: the model alone
+    allocated_after_bytes: int | None = None  # after it released its step (OOM or not): back to the above
     baseline_allocated_bytes: int | None = None  # before the forward: params + optimizer states + inputs
     activation_after_forward_bytes: int | None = None  # allocated after forward+loss minus baseline
     param_bytes: int | None = None
@@ -72,6 +100,7 @@ class SearchTrial:
     peak_allocated_bytes: int | None = None
     oom_phase: str | None = None
     seconds: float | None = None
+    oom_kind: str | None = None  # fragmentation | mixed | capacity | unknown, when it did not fit
 
 
 @dataclass
