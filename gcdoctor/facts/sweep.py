@@ -114,6 +114,13 @@ class SweepFacts:
     trials: list[SearchTrial] = field(default_factory=list)
     measurements: list[Measurement] = field(default_factory=list)
     target_batch: int | None = None
+    # how each variant's boundary was searched: "model-guided" (the allocator replay's predicted
+    # largest batch and its neighbour first) or "doubling" (from 1, then bisection)
+    strategy: dict[str, str] = field(default_factory=dict)
+    predicted_max_batch: dict[str, int | None] = field(default_factory=dict)  # what guided it
+    search_ooms: dict[str, int] = field(default_factory=dict)  # trials that ran out of memory
+    search_seconds: dict[str, float] = field(default_factory=dict)  # per variant, model build to release
+    wall_s: float | None = None  # the whole probe
 
     def get(self, variant: str, batch_size: int) -> Measurement | None:
         for m in self.measurements:
