@@ -255,7 +255,8 @@ class Session:
         self.facts = Facts(environment=self.backend.describe(), settings=RunSettings(
             command=config.command, seq_len=self.resolved.seq_len, dtype=self.resolved.dtype,
             optimizer=config.optimizer, warmup_steps=config.warmup_steps, measure_steps=config.measure_steps,
-            probes=[p.name for p in self.probes], started_at=datetime.now(timezone.utc).isoformat(timespec="seconds")))
+            probes=[p.name for p in self.probes], memory_limit_bytes=config.memory_limit_bytes,
+            started_at=datetime.now(timezone.utc).isoformat(timespec="seconds")))
         s = self.spec
         self.facts.model = ModelInfo(
             name=s.name, source=s.source, architecture=s.model_type, n_layers=s.n_layers, n_layers_full=s.n_layers_full,

@@ -133,3 +133,61 @@ class SweepFacts:
         sa = {m.batch_size for m in self.measurements if m.variant == a and m.fits and m.step_ms_median}
         sb = {m.batch_size for m in self.measurements if m.variant == b and m.fits and m.step_ms_median}
         return sorted(sa & sb)
+
+
+@dataclass
+class FreshRun:
+    """One fresh process (probes/allocator.py's worker) measuring batches in the order given."""
+
+    variant: str = ""  # no_gc | gc
+    allocator: str = ""  # default | expandable
+    alloc_conf: str = ""  # PYTORCH_CUDA_ALLOC_CONF as the process saw it
+    batches: list[int] = field(default_factory=list)  # in the order measured
+    measurements: list[Measurement] = field(default_factory=list)
+    context_bytes: int | None = None  # device memory outside the allocator, read after its steps
+    wall_s: float | None = None  # the process, from start to exit
+    run_dir: str = ""  # its own run directory, relative to this run's
+    error: str | None = None  # why it gave no result, if it gave none
+
+
+@dataclass
+class AllocatorBoundary:
+    """The largest batch of one variant under one allocator, as a training job meets it: a fresh
+    process whose first step is that batch."""
+
+    variant: str = ""
+    allocator: str = ""  # default | expandable
+    largest_batch: int | None = None  # measured to fit fresh (None: none measured fits)
+    first_oom_batch: int | None = None  # the batch above it measured not to fit (None: not measured)
+    first_oom_kind: str | None = None  # fragmentation | mixed | capacity | unknown
+    exact: bool = False  # both the fit and the OOM one above it were measured
+    tokens_per_s: float | None = None  # at largest_batch
+    step_ms: float | None = None
+    mfu: float | None = None
+    peak_allocated_bytes: int | None = None
+    peak_reserved_bytes: int | None = None
+    predicted: int | None = None  # the allocator replay's prediction for a fresh process
+    in_process: int | None = None  # the sweep's boundary, found after other batches in one process
+    # default allocator only: the sweep's boundary does not hold when it is the first batch
+    order_moves_boundary: bool | None = None
+
+
+@dataclass
+class AllocatorFacts:
+    """The boundary per variant and allocator, measured in fresh processes (probes/allocator.py)."""
+
+    runs: list[FreshRun] = field(default_factory=list)
+    boundaries: list[AllocatorBoundary] = field(default_factory=list)
+    steps: int = 0  # measured steps per point (after one warm-up)
+
+    def get(self, variant: str, allocator: str) -> AllocatorBoundary | None:
+        for b in self.boundaries:
+            if b.variant == variant and b.allocator == allocator:
+                return b
+        return None
+
+    def reliable_batch(self, variant: str) -> int | None:
+        """What a training job can rely on with the default allocator: the largest batch that
+        fits when it is the first one the process runs."""
+        b = self.get(variant, "default")
+        return None if b is None else b.largest_batch
