@@ -1128,7 +1128,8 @@ def predicted_point(pred: Prediction, fitted: Any = None, fitted_expandable: Any
 def memory_model_facts(spec: Any, seq_len: int, dtype: str = "bf16", optimizer: str = "adamw",
                        device: str = "cuda", points: list[tuple[str, int]] | None = None,
                        capacity_bytes: int | None = None, limit_bytes: int | None = None,
-                       context_bytes: int | None = None, context_source: str | None = None) -> "MemoryModelFacts":
+                       context_bytes: int | None = None, context_source: str | None = None,
+                       probe: tuple[Any, int] | None = None) -> "MemoryModelFacts":
     """Predictions for the (variant, batch) points a run measured, and the largest batches.
 
     `points`: ("no_gc" | "gc", batch_size) pairs; `capacity_bytes`: the device's memory
@@ -1171,6 +1172,9 @@ def memory_model_facts(spec: Any, seq_len: int, dtype: str = "bf16", optimizer: 
                 mm.max_batch_by_allocator.setdefault(alloc, {})[variant] = max_batch_fresh(
                     spec, capacity_bytes, seq_len, dtype, optimizer, gc, device, alloc, ctx, mm.limit_bytes)
             mm.max_batch[variant] = mm.max_batch_by_allocator["default"][variant]
+        best = mm.max_batch_by_allocator[ALLOCATORS[-1] if on_device else "default"]
+        if not any(best.values()) and optimizer == "adamw":
+            mm.fit_options = fit_options(spec, seq_len, room, dtype, device, probe)
         if on_device:
             mm.notes.append(f"largest batches: the caching allocator replayed for a fresh process "
                             f"(gcdoctor.allocator) on {capacity_bytes / GiB:.2f} GiB less "
@@ -1231,6 +1235,10 @@ def memory_model_facts_for(ctx: Any, seq_len: int | None = None, optimizer: str 
             context = None  # CUDA not initialised yet: nothing to read
         source = "measured on this device: total - free - reserved" if context is not None else None
     capacity = b.total_memory() if kind != "cpu" else (b.memory_limit() or b.total_memory())
+    try:
+        probe = (ctx.probe_spec(), ctx.config.probe_batch)
+    except Exception:  # noqa: BLE001 - a context without probe settings: no probe line
+        probe = None
     return memory_model_facts(ctx.spec, seq_len, ctx.dtype, optimizer, kind, capacity_bytes=capacity,
                               limit_bytes=b.memory_limit() if kind != "cpu" else None,
-                              context_bytes=context, context_source=source)
+                              context_bytes=context, context_source=source, probe=probe)

@@ -11,8 +11,9 @@ from gcdoctor.probes.batch_sweep import SweepProbe
 from gcdoctor.probes.granularity import GranularityProbe
 from gcdoctor.probes.jitter import JitterProbe
 from gcdoctor.probes.offload import OffloadProbe
+from gcdoctor.probes.optimizer import OptimizerProbe
 
-PROBES = [SweepProbe(), AllocatorProbe(), GranularityProbe(), OffloadProbe(), JitterProbe()]
+PROBES = [SweepProbe(), AllocatorProbe(), OptimizerProbe(), GranularityProbe(), OffloadProbe(), JitterProbe()]
 
 
 def select_probes(names: list[str] | None, device_kind: str) -> list:

@@ -17,7 +17,7 @@ from gcdoctor.facts.memory import MemoryModelFacts
 from gcdoctor.facts.monitor import MonitorFacts
 from gcdoctor.facts.offload import OffloadFacts
 from gcdoctor.facts.serde import from_dict, to_dict
-from gcdoctor.facts.sweep import AllocatorFacts, Measurement, OomInfo, SearchTrial, SweepFacts
+from gcdoctor.facts.sweep import AllocatorFacts, Measurement, OomInfo, OptimizerFacts, SearchTrial, SweepFacts
 from gcdoctor.facts.telemetry import SeriesSummary, TelemetryFacts
 from gcdoctor.facts.trace import RankSummary, TraceMetrics
 from gcdoctor.facts.watch import WatchFacts
@@ -109,6 +109,7 @@ class Facts:
     sweep: SweepFacts | None = None
     memory_model: MemoryModelFacts | None = None
     allocator: AllocatorFacts | None = None  # the boundary per allocator, in fresh processes
+    optimizer: OptimizerFacts | None = None  # the optimizer step's peak and the AdamW alternatives
     # metrics of profiled windows, keyed "<probe>/<variant>" or the trace file name
     trace: dict[str, TraceMetrics] = field(default_factory=dict)
     profiler_overhead: list[ProfilerOverhead] = field(default_factory=list)
@@ -162,6 +163,6 @@ class Facts:
 
 __all__ = [
     "AllocatorFacts", "Environment", "Facts", "GranularityFacts", "JitterFacts", "Measurement", "MemoryModelFacts",
-    "ModelInfo", "MonitorFacts", "OffloadFacts", "OomInfo", "ProfilerOverhead", "RunSettings", "SCHEMA_VERSION", "SearchTrial",
+    "ModelInfo", "MonitorFacts", "OffloadFacts", "OomInfo", "OptimizerFacts", "ProfilerOverhead", "RunSettings", "SCHEMA_VERSION", "SearchTrial",
     "SeriesSummary", "SweepFacts", "TelemetryFacts", "TraceMetrics", "WatchFacts",
 ]

@@ -191,3 +191,23 @@ class AllocatorFacts:
         fits when it is the first one the process runs."""
         b = self.get(variant, "default")
         return None if b is None else b.largest_batch
+
+
+@dataclass
+class OptimizerFacts:
+    """The optimizer step's peak and what other AdamW implementations make of it, at one batch
+    with layer checkpointing (probes/optimizer.py). `measurements[i].variant` is the optimizer:
+    "adamw" (foreach, what every other probe measures), "adamw-forloop" (foreach=False),
+    "adamw-fused" (fused=True)."""
+
+    batch_size: int = 0
+    checkpointing: str = "gc"  # the variant measured
+    measurements: list[Measurement] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # optimizer -> why it was not measured
+    predicted_peak_bytes: dict[str, int] = field(default_factory=dict)  # optimizer -> the memory model's peak
+
+    def get(self, optimizer: str) -> Measurement | None:
+        for m in self.measurements:
+            if m.variant == optimizer and m.fits:
+                return m
+        return None
