@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--emulate-launch-us", type=float, metavar="N",
                    help="what-if: the granularity probe adds N us of host time per launching op")
     d.add_argument("--no-profile", action="store_true", help="do not profile (no traces, no trace metrics)")
+    d.add_argument("--memory-snapshot", action="store_true",
+                   help="record a memory snapshot at the sweep's peak point (open at pytorch.org/memory_viz)")
     d.add_argument("--telemetry-hz", type=float, help="telemetry sampling rate (default 20)")
     d.add_argument("--out", help="run directory (default: a new folder under ./gcdoctor-runs/)")
     d.add_argument("--config", help="TOML file with [run] settings and [thresholds.RULE] overrides")
@@ -164,6 +166,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         cfg.emulate_launch_us = args.emulate_launch_us
     if cfg.emulate_launch_us is not None and not 0 <= cfg.emulate_launch_us <= 100_000:
         raise UserError(f"--emulate-launch-us {cfg.emulate_launch_us:g}: use 0 to 100000 microseconds")
+    if getattr(args, "memory_snapshot", False):
+        cfg.memory_snapshot = True
     if cfg.telemetry_hz <= 0 or cfg.telemetry_hz > 1000:
         raise UserError(f"--telemetry-hz {cfg.telemetry_hz}: use a rate between 0 and 1000 Hz")
     if isinstance(cfg.memory_limit_bytes, str):

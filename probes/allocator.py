@@ -54,6 +54,12 @@ class AllocatorProbe:
             ctx.facts.unavailable["allocator"] = "needs the sweep's searched boundary (run the sweep probe first)"
             return
         facts = ctx.facts.allocator = AllocatorFacts(steps=STEPS)
+        ctx.backend.release_workspaces()
+        from gcdoctor.capture import free_memory
+        free_memory(ctx.backend)
+        info = getattr(ctx.backend, "mem_get_info", lambda: None)()
+        if info is not None:
+            facts.parent_device_bytes = info[1] - info[0]
         mm = ctx.facts.memory_model
         for variant in ("no_gc", "gc"):
             ctx.check_stop()

@@ -92,6 +92,9 @@ class SweepProbe:
                 ctx.measure(self.name, variant, lambda: TrainingStep(
                     model, ctx.backend, target, ctx.seq_len, cfg.optimizer, cfg.seed), target,
                     profile_key=f"sweep/{variant}", warmup=1, steps=2)
+            if cfg.memory_snapshot and variant == "gc" and best:
+                ctx.progress(self.name, variant, best, message="memory snapshot")
+                self._memory_snapshot(ctx, variant, best, model, facts)
             del model
             free_memory(ctx.backend)
             facts.search_seconds[variant] = round(time.monotonic() - t_variant, 1)
@@ -183,6 +186,60 @@ class SweepProbe:
         if last_fit is None:
             ctx.facts.unavailable[f"sweep.max_batch.{variant}"] = "batch 1 does not fit"
         return last_fit
+
+    @staticmethod
+    def _memory_snapshot(ctx, variant: str, batch: int, model, facts: SweepFacts) -> None:
+        """One step at the sweep's peak point (checkpointing's largest batch) under the allocator's
+        history recorder, after a warm-up step; the pickle for pytorch.org/memory_viz and its
+        live tensors at the peak attributed (gcdoctor.snapshot)."""
+        import pickle
+
+        import torch
+
+        from gcdoctor.snapshot import attribute
+        mem = getattr(getattr(torch, ctx.backend.kind, None), "memory", None)
+        record = getattr(mem, "_record_memory_history", None)
+        snap = getattr(mem, "_snapshot", None)
+        key = "sweep.snapshot"
+        if ctx.backend.kind == "cpu" or record is None or snap is None:
+            ctx.facts.unavailable[key] = f"no allocator history on {ctx.backend.kind} (torch.cuda.memory._snapshot)"
+            return
+        cfg = ctx.config
+        step = None
+        try:
+            ctx.backend.release_workspaces()
+            free_memory(ctx.backend)
+            step = TrainingStep(model, ctx.backend, batch, ctx.seq_len, cfg.optimizer, cfg.seed)
+            step.run()  # the warm-up makes the optimizer states
+            known = {p.data_ptr(): "parameters" for p in model.parameters()}
+            if step.optimizer is not None:
+                known.update({t.data_ptr(): "optimizer states" for st in step.optimizer.state.values()
+                              for t in st.values() if isinstance(t, torch.Tensor) and t.device.type != "cpu"})
+            hooks = [p.register_post_accumulate_grad_hook(
+                lambda p: known.__setitem__(p.grad.data_ptr(), "gradients"))
+                for p in model.parameters() if p.requires_grad]
+            record(max_entries=500_000, stacks="python")
+            try:
+                step.run()
+            finally:
+                data = snap()
+                record(enabled=None)
+                for h in hooks:
+                    h.remove()
+            path = ctx.rundir.file(f"memory/snapshot-{variant}-b{batch}.pickle")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "wb") as f:
+                pickle.dump(data, f)
+            facts.snapshot = attribute(data, known)
+            facts.snapshot.path = str(path.relative_to(ctx.rundir.path))
+            facts.snapshot.variant, facts.snapshot.batch_size = variant, batch
+        except Exception as exc:  # noqa: BLE001 - the snapshot is extra evidence, never the run's end
+            ctx.facts.unavailable[key] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        finally:
+            if step is not None:
+                step.release()
+            ctx.backend.release_workspaces()
+            free_memory(ctx.backend)
 
     @staticmethod
     def _predict(ctx, m: Measurement, variant: str) -> None:

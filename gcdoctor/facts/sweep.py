@@ -104,6 +104,32 @@ class SearchTrial:
 
 
 @dataclass
+class LiveTensor:
+    """One block alive at the snapshot's peak (gcdoctor.snapshot)."""
+
+    bytes: int = 0
+    kind: str = ""  # parameters | gradients | optimizer states | optimizer temporaries | logits and loss |
+    # saved activations | temporaries
+    frame: str = ""  # the innermost frame that allocated it, file:line function
+
+
+@dataclass
+class SnapshotFacts:
+    """What was alive at a recorded step's allocated peak, by kind, and its largest tensors
+    (`diagnose --memory-snapshot`; gcdoctor.snapshot reads the allocator's trace)."""
+
+    path: str = ""  # the pickle, relative to the run directory (open at pytorch.org/memory_viz)
+    variant: str = ""
+    batch_size: int = 0
+    peak_bytes: int = 0  # requested bytes alive at the peak, as the trace replays it
+    peak_index: int = 0  # the trace event at which it peaks
+    entries: int = 0  # trace events recorded
+    by_kind_bytes: dict[str, int] = field(default_factory=dict)
+    largest: list[LiveTensor] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
 class SweepFacts:
     """Checkpointing off ('no_gc') and layer-level on ('gc') over batch sizes."""
 
@@ -121,6 +147,7 @@ class SweepFacts:
     search_ooms: dict[str, int] = field(default_factory=dict)  # trials that ran out of memory
     search_seconds: dict[str, float] = field(default_factory=dict)  # per variant, model build to release
     wall_s: float | None = None  # the whole probe
+    snapshot: SnapshotFacts | None = None  # --memory-snapshot: the peak point's live tensors
 
     def get(self, variant: str, batch_size: int) -> Measurement | None:
         for m in self.measurements:
@@ -179,6 +206,9 @@ class AllocatorFacts:
     runs: list[FreshRun] = field(default_factory=list)
     boundaries: list[AllocatorBoundary] = field(default_factory=list)
     steps: int = 0  # measured steps per point (after one warm-up)
+    # device memory gcdoctor's own process held while its fresh processes ran (its CUDA context and
+    # cache): a training job alone on the card has this much more
+    parent_device_bytes: int | None = None
 
     def get(self, variant: str, allocator: str) -> AllocatorBoundary | None:
         for b in self.boundaries:
