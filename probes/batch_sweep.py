@@ -99,6 +99,12 @@ class SweepProbe:
             free_memory(ctx.backend)
             facts.search_seconds[variant] = round(time.monotonic() - t_variant, 1)
             ctx.save()
+        if facts.searched:
+            try:
+                from gcdoctor import memory
+                memory.refresh_context(ctx)
+            except Exception as exc:  # noqa: BLE001 - the predictions stay those made before the steps
+                ctx.log(f"memory model: the context could not be read again ({exc})", "warning")
         facts.wall_s = round(time.monotonic() - t_probe, 1)
         ctx.save()
 

@@ -39,7 +39,7 @@ class AllocatorBoundaryRule(Rule):
     slug = "allocator-boundary"
     title = "Allocator boundary"
     requires = ("allocator.boundaries",)
-    topic = "memory"
+    topic = "allocator"
     defaults: dict[str, float] = {}
 
     def check(self, facts: Facts, t: dict[str, float]):

@@ -38,7 +38,7 @@ class OptimizerStepPeakRule(Rule):
     slug = "optimizer-step-peak"
     title = "Optimizer step peak"
     requires = ("optimizer.measurements",)
-    topic = "memory"
+    topic = "optimizer"
     defaults = {
         # a saving below 5% of the peak is not worth a change of optimizer implementation
         "min_saving_pct": 5.0,
