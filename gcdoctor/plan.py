@@ -114,6 +114,9 @@ def _why_not(pred: M.Prediction, usable: int) -> str:
     peak = pred.peak
     parts = sorted(peak.breakdown.items(), key=lambda kv: -kv[1])
     named = ", ".join(f"{_CATEGORY.get(k, k)} {_gib(v)}" for k, v in parts if v >= 0.05 * peak.bytes)
+    if peak.bytes <= usable:
+        return (f"peak {_gib(peak.bytes)} at {peak.where} ({named}) is within the usable {_gib(usable)}, but the "
+                "replayed allocator cannot place it: cached blocks and pages in pieces (fragmentation)")
     line = f"peak {_gib(peak.bytes)} at {peak.where} ({named}) exceeds the usable {_gib(usable)}"
     if peak.breakdown.get("logits_loss", 0) > peak.breakdown.get("activations", 0):
         line += "; the fp32 loss, not the layers, sets it (a fused or chunked cross-entropy removes most of it)"

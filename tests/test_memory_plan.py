@@ -164,3 +164,14 @@ def test_plan_takes_the_cli_namespace_with_diagnose_defaults():
 def test_bad_batch_sizes_are_user_errors():
     with pytest.raises(UserError, match="--batch-sizes"):
         run_plan("tiny-llama", "1GiB", batch_sizes="1,two")
+
+
+def test_plan_on_the_command_line_with_a_card(capsys):
+    from gcdoctor.cli import main
+    assert main(["plan", "--device", "mtt-s4000", "--layers", "32"]) == 0
+    out = capsys.readouterr().out
+    assert "Moore Threads MTT S4000" in out and "what would fit" in out
+    assert all(len(line) <= 80 for line in out.splitlines())
+    assert main(["plan", "--device", "rtx-9090"]) == 2
+    assert "not a known card" in capsys.readouterr().err
+    assert main(["plan", "--device", "cuda"]) == 2  # no card, no --device-memory
