@@ -30,12 +30,16 @@ GiB = 2**30
 
 
 def _device_memory(device: str) -> tuple[int, str]:
-    import torch
+    """torch's total_memory and the device's name, read in a subprocess: this process must hold
+    no CUDA context while the fresh processes run (it would take their memory)."""
     if device == "cpu":
         return 0, "cpu"
+    import subprocess
     kind = device.split(":")[0]
-    mod = getattr(torch, kind)
-    return int(mod.get_device_properties(0).total_memory), str(mod.get_device_name(0))
+    code = (f"import torch; m = getattr(torch, {kind!r}); p = m.get_device_properties(0); "
+            "print(p.total_memory); print(m.get_device_name(0))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    return int(out[0]), out[1]
 
 
 def main() -> int:

@@ -67,11 +67,22 @@ class AllocatorProbe:
             if not found:
                 ctx.facts.unavailable[f"allocator.{variant}"] = "the sweep found no fitting batch"
                 continue
-            predicted = {a: ((mm.max_batch_by_allocator.get(a) or {}).get(variant) if mm else None)
-                         for a in ALLOC_CONF}
+            predicted = {a: self._predicted(ctx, mm, variant, a, facts.parent_device_bytes) for a in ALLOC_CONF}
             self._default(ctx, facts, variant, found, predicted["default"])
             self._expandable(ctx, facts, variant, found, predicted["expandable"])
             ctx.save()
+
+    @staticmethod
+    def _predicted(ctx, mm, variant: str, allocator: str, parent: int | None) -> int | None:
+        """The replay's largest batch for a fresh process beside this one: the device less what this
+        process still holds (its context), less the fresh process's own context."""
+        if mm is None:
+            return None
+        if not parent or not mm.capacity_bytes:
+            return (mm.max_batch_by_allocator.get(allocator) or {}).get(variant)
+        from gcdoctor import memory as M
+        return M.max_batch_fresh(ctx.spec, mm.capacity_bytes - parent, mm.seq_len, mm.dtype, mm.optimizer,
+                                 variant == "gc", mm.device, allocator, mm.context_bytes, mm.limit_bytes)
 
     # the two searches -------------------------------------------------------------------
     def _default(self, ctx, facts: AllocatorFacts, variant: str, found: int, predicted: int | None) -> None:
