@@ -41,6 +41,8 @@ import bisect
 from dataclasses import dataclass
 from typing import Any
 
+from gcdoctor.memory import _Timeline
+
 KMIN_BLOCK = 512
 KSMALL_SIZE = 1 << 20  # largest "small" request
 KSMALL_BUFFER = 2 << 20  # small requests share 2 MiB segments
@@ -344,14 +346,6 @@ class CachingAllocator:
 
 
 @dataclass
-class SimStep:
-    """One replayed step's result."""
-
-    peak_allocated: int = 0
-    peak_reserved: int = 0
-
-
-@dataclass
 class SimMeasurement:
     """What the replay says of one measurement (warm-up + measured steps) at one batch."""
 
@@ -401,35 +395,35 @@ class _Live:
             self.blocks[new] = self.blocks.pop(old)
 
 
-def _recorder(live: _Live, workspaces: dict[str, int], ws_names: set[str]):
+class _Recorder(_Timeline):
     """A memory timeline (gcdoctor.memory._Timeline) whose allocations go to the replayed
     allocator; the first matmul of each thread makes its cuBLAS workspace, once per process
     (or per measurement, when gcdoctor releases them)."""
-    from gcdoctor.memory import _Timeline
 
-    class Recorder(_Timeline):
-        def alloc(self, name: str, nbytes: int, cat: str) -> None:
-            if nbytes > 0:
-                live.alloc(name, nbytes)
-            super().alloc(name, nbytes, cat)
+    def __init__(self, live: _Live, workspaces: dict[str, int], ws_names: set[str]) -> None:
+        super().__init__()
+        self.sink, self.workspaces, self.ws_names = live, workspaces, ws_names
 
-        def free(self, *names: str) -> None:
-            for n in names:
-                if n in self.live:
-                    live.free(n)
-            super().free(*names)
+    def alloc(self, name: str, nbytes: int, cat: str) -> None:
+        if nbytes > 0:
+            self.sink.alloc(name, nbytes)
+        super().alloc(name, nbytes, cat)
 
-        def rename(self, old: str, new: str) -> None:
-            live.rename(old, new)
-            super().rename(old, new)
+    def free(self, *names: str) -> None:
+        for n in names:
+            if n in self.live:
+                self.sink.free(n)
+        super().free(*names)
 
-        def hook(self, what: str) -> None:
-            name = "ws:" + what
-            if name in workspaces and name not in ws_names:
-                live.alloc(name, workspaces[name])
-                ws_names.add(name)
+    def rename(self, old: str, new: str) -> None:
+        self.sink.rename(old, new)
+        super().rename(old, new)
 
-    return Recorder()
+    def hook(self, what: str) -> None:
+        name = "ws:" + what
+        if name in self.workspaces and name not in self.ws_names:
+            self.sink.alloc(name, self.workspaces[name])
+            self.ws_names.add(name)
 
 
 _STATES = ("opt_step[", "opt_m[", "opt_v[", "master[")  # made by the first step, kept until release
@@ -507,7 +501,7 @@ def _measure(spec: Any, seq_len: int, dtype: str, optimizer: str, variant: str, 
     try:
         live.alloc("ids", 8 * d.T)
         for i in range(steps):
-            tl = _recorder(live, ws, ws_names)
+            tl = _Recorder(live, ws, ws_names)
             if i == 1:
                 alloc.reset_peaks()
             try:

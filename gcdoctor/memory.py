@@ -55,8 +55,6 @@ CONTEXT_SOURCE = ("assumed: the 0.74-0.76 GiB the OOM messages of an H200 run st
                   "(samples/h200-llama3-8b-diagnose; torch 2.11, CUDA 13)")
 # The allocators the largest batch is predicted for (gcdoctor.allocator replays both).
 ALLOCATORS = ("default", "expandable")
-ALLOCATOR_TEXT = {"default": "default caching allocator",
-                  "expandable": "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"}
 
 # Categories of live bytes, for the breakdown at a peak.
 CATEGORIES = ("params", "optimizer_states", "grads", "activations", "logits_loss",

@@ -8,8 +8,8 @@ attributes each live block at that moment:
 
 - parameters, gradients and optimizer states: by address (the step's own tensors, known to the
   probe: `known` maps a block address to its kind);
-- logits and loss: allocated in the LM head or the loss function (frames naming `lm_head`,
-  `loss_function`, `cross_entropy`, `log_softmax`, `nll_loss`, or transformers' loss module);
+- logits and loss: of the logits' or the fp32 loss block's size, or allocated in the loss
+  (frames naming `cross_entropy`, `log_softmax`, `nll_loss`, or transformers' loss module);
 - optimizer temporaries: allocated inside `torch/optim/`;
 - saved activations: allocated in a module's forward (transformers' modeling files, or a
   checkpoint's recompute) and still alive at the peak;
@@ -23,9 +23,8 @@ from gcdoctor.facts.sweep import LiveTensor, SnapshotFacts
 
 KINDS = ("parameters", "gradients", "optimizer states", "optimizer temporaries", "logits and loss",
          "saved activations", "temporaries")
-_LOSS = ("lm_head", "loss_function", "cross_entropy", "log_softmax", "nll_loss", "loss_utils", "fixed_cross_entropy",
-         "ForCausalLMLoss", "gcdoctor/loss")
-_MODEL = ("/transformers/models/", "modeling_", "torch/utils/checkpoint.py", "torch/nn/modules/")
+_LOSS = ("cross_entropy", "log_softmax", "nll_loss", "loss_utils", "ForCausalLMLoss")
+_MODEL = ("/transformers/models/", "modeling_", "torch/utils/checkpoint.py")
 
 
 def _frame_text(frames: list[dict[str, Any]]) -> str:
@@ -38,14 +37,17 @@ def _frame_text(frames: list[dict[str, Any]]) -> str:
 
 
 def classify(frames: list[dict[str, Any]]) -> str:
-    """The kind of a block from the frames that allocated it (the addresses decide first)."""
-    text = " ".join(f"{f.get('filename', '')} {f.get('name', '')}" for f in frames or [])
-    if "torch/optim/" in text:
-        return "optimizer temporaries"
-    if any(k in text for k in _LOSS):
-        return "logits and loss"
-    if any(k in text for k in _MODEL):
-        return "saved activations"
+    """The kind of a block from the frames that allocated it, innermost first: the first frame
+    that is the optimizer's, the loss's or the model's decides (outer frames, such as gcdoctor's
+    step calling the model, do not)."""
+    for f in frames or []:
+        name, func = str(f.get("filename", "")), str(f.get("name", ""))
+        if "torch/optim/" in name:
+            return "optimizer temporaries"
+        if any(k in name or k in func for k in _LOSS):
+            return "logits and loss"
+        if any(k in name for k in _MODEL):
+            return "saved activations"
     return "temporaries"
 
 
@@ -69,12 +71,15 @@ def _preexisting(snapshot: dict[str, Any], trace: list[dict[str, Any]]) -> dict[
     return before
 
 
-def attribute(snapshot: dict[str, Any], known: dict[int, str], device: int = 0, top: int = 10) -> SnapshotFacts:
+def attribute(snapshot: dict[str, Any], known: dict[int, str], device: int = 0, top: int = 10,
+              loss_sizes: set[int] | frozenset[int] = frozenset()) -> SnapshotFacts:
     """Replay `snapshot`'s trace of `device` to its allocated peak and attribute what is alive.
 
     `known`: address -> kind of tensors the caller knows (parameters, gradients, optimizer
-    states). Blocks alive before the recording count from the start (their sizes from the
-    snapshot's segments)."""
+    states). `loss_sizes`: byte sizes that are the logits and the fp32 loss block (e x V x T and
+    4 x V x T: the LM head's output is made inside the model's forward, where no frame tells it
+    from an activation). Blocks alive before the recording count from the start (their sizes from
+    the snapshot's segments)."""
     traces = snapshot.get("device_traces") or []
     trace = traces[device] if device < len(traces) else []
     before = _preexisting(snapshot, trace)
@@ -102,7 +107,8 @@ def attribute(snapshot: dict[str, Any], known: dict[int, str], device: int = 0, 
         if frames is None:
             items.append(LiveTensor(n, known.get(addr, "temporaries"), "alive before the recorded step"))
         else:
-            items.append(LiveTensor(n, known.get(addr) or classify(frames), _frame_text(frames)))
+            kind = known.get(addr) or ("logits and loss" if n in loss_sizes else classify(frames))
+            items.append(LiveTensor(n, kind, _frame_text(frames)))
     for t in items:
         out.by_kind_bytes[t.kind] = out.by_kind_bytes.get(t.kind, 0) + t.bytes
     out.largest = sorted(items, key=lambda t: -t.bytes)[:top]

@@ -236,7 +236,9 @@ class SweepProbe:
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "wb") as f:
                 pickle.dump(data, f)
-            facts.snapshot = attribute(data, known)
+            V, T = ctx.spec.vocab_size, batch * ctx.seq_len
+            e = {"bf16": 2, "fp16": 2}.get(ctx.dtype, 4)
+            facts.snapshot = attribute(data, known, loss_sizes={e * V * T, 4 * V * T})
             facts.snapshot.path = str(path.relative_to(ctx.rundir.path))
             facts.snapshot.variant, facts.snapshot.batch_size = variant, batch
         except Exception as exc:  # noqa: BLE001 - the snapshot is extra evidence, never the run's end

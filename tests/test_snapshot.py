@@ -29,6 +29,11 @@ def _snapshot():
     return {"segments": segments, "device_traces": [trace]}
 
 
+def test_the_logits_are_told_by_their_size():
+    snap = {"segments": [], "device_traces": [[{"action": "alloc", "addr": 1, "size": 4096, "frames": F_LAYER}]]}
+    assert attribute(snap, {}, loss_sizes={4096}).by_kind_bytes == {"logits and loss": 4096}
+
+
 def test_the_peak_and_what_is_alive_at_it():
     known = {0: "parameters", 1000: "optimizer states", 7000: "gradients"}
     s = attribute(_snapshot(), known)
@@ -42,10 +47,12 @@ def test_the_peak_and_what_is_alive_at_it():
     assert opt.frame == "adam.py:600 _multi_tensor_adam"
 
 
-def test_frames_name_the_kind():
+def test_frames_name_the_kind_innermost_first():
     assert classify(F_LOSS) == "logits and loss"
-    assert classify([{"filename": "/x/transformers/models/llama/modeling_llama.py", "name": "forward"},
-                     {"filename": "/x/modeling_llama.py", "name": "lm_head"}]) == "logits and loss"
+    step = {"filename": "/x/gcdoctor/capture.py", "name": "_causal_lm_loss"}  # gcdoctor's step, outermost
+    silu = {"filename": "/x/torch/nn/functional.py", "name": "silu"}
+    assert classify([silu] + F_LAYER + [step]) == "saved activations"
+    assert classify([{"filename": "/x/torch/nn/functional.py", "name": "cross_entropy"}] + F_LAYER) == "logits and loss"
     assert classify(F_LAYER) == "saved activations"
     assert classify(F_OPT) == "optimizer temporaries"
     assert classify([]) == "temporaries"
