@@ -66,12 +66,17 @@ def enable_layer_checkpointing(model: Any, every_n_layers: int = 1, labelled: bo
     return f"{api}({shown}{', every_n_layers=%d' % every_n_layers if every_n_layers != 1 else ''})"
 
 
+OPTIMIZER_IMPLS = {"adamw": {"foreach": True}, "adamw-forloop": {"foreach": False},
+                   "adamw-fused": {"fused": True}}
+
+
 def make_optimizer(params: Any, name: str) -> torch.optim.Optimizer:
     """AdamW keeps exp_avg and exp_avg_sq in the parameters' dtype; foreach=True everywhere so the
-    CPU and the GPU run the same implementation (and the same transient memory)."""
+    CPU and the GPU run the same implementation (and the same transient memory). "adamw-forloop"
+    (foreach=False) and "adamw-fused" (fused=True) are the optimizer probe's alternatives."""
     params = [p for p in params if p.requires_grad]
-    if name == "adamw":
-        return torch.optim.AdamW(params, lr=1e-4, foreach=True)
+    if name in OPTIMIZER_IMPLS:
+        return torch.optim.AdamW(params, lr=1e-4, **OPTIMIZER_IMPLS[name])
     if name == "sgd":
         return torch.optim.SGD(params, lr=1e-4, foreach=True)
     raise ValueError(f"unknown optimizer {name!r}")

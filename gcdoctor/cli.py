@@ -77,7 +77,8 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="embedded model name (see `gcdoctor models`) or a path to a config.json "
                                    "(default: llama3-8b on a GPU, tiny-llama on the CPU)")
     p.add_argument("--layers", type=_positive_int, help="truncate the decoder stack to N layers")
-    p.add_argument("--device", help="auto (default), cpu, cuda, cuda:N, musa, musa:N")
+    p.add_argument("--device", help="auto (default), cpu, cuda, cuda:N, musa, musa:N; plan also takes a card: "
+                                    "mtt-s4000, mtt-s5000, a100-40gb, a100-80gb, h100-80gb, h200")
     p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], help="default bf16 on a GPU, fp32 on the CPU")
     p.add_argument("--seq-len", type=_positive_int, help="default 4096 on a GPU, 128 on the CPU")
     p.add_argument("--optimizer", choices=["adamw", "sgd"], default=None)
@@ -102,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--emulate-launch-us", type=float, metavar="N",
                    help="what-if: the granularity probe adds N us of host time per launching op")
     d.add_argument("--no-profile", action="store_true", help="do not profile (no traces, no trace metrics)")
+    d.add_argument("--memory-snapshot", action="store_true",
+                   help="record a memory snapshot at the sweep's peak point (open at pytorch.org/memory_viz)")
     d.add_argument("--telemetry-hz", type=_finite(), help="telemetry sampling rate (default 20)")
     d.add_argument("--out", help="run directory (default: a new folder under ./gcdoctor-runs/)")
     d.add_argument("--config", help="TOML file with [run] settings and [thresholds.RULE] overrides")
@@ -127,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     pl = sub.add_parser("plan", help="predict peak memory and the largest batch before running")
     _add_run_args(pl)
-    pl.add_argument("--device-memory", required=True, help="device memory, e.g. 48GB, 80GiB, 141e9")
+    pl.add_argument("--device-memory", help="device memory, e.g. 48GB, 80GiB, 141e9 (default: the --device card's)")
     pl.add_argument("--batch-sizes", help="batch sizes to tabulate (default: powers of two up to the max)")
     pl.add_argument("--master-weights", choices=["none", "fp32"], default="none",
                     help="fp32 master weights and optimizer states (mixed precision)")
@@ -205,6 +208,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         kw["profile"] = False
     if getattr(args, "emulate_launch_us", None) is not None:
         kw["emulate_launch_us"] = args.emulate_launch_us
+    if getattr(args, "memory_snapshot", False):
+        kw["memory_snapshot"] = True
     kw["thresholds"] = th
     kw["tui"] = False if getattr(args, "no_tui", False) else None
     return RunConfig(**kw)

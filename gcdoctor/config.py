@@ -85,6 +85,7 @@ class RunConfig:
     memory_limit_bytes: int | None = None  # injected allocation limit (testing, what-if)
     # what-if: the granularity probe adds this much host time (us) per dispatched op (docs/granularity.md)
     emulate_launch_us: float | None = None
+    memory_snapshot: bool = False  # record the allocator's history at the sweep's peak point (CUDA/MUSA)
     seed: int = 0
     out: str | None = None
     tui: bool | None = None  # None: on when stdout is a terminal

@@ -23,7 +23,10 @@ from typing import Any
 from gcdoctor.errors import UserError
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
-OPTIMIZERS = ("adamw", "sgd")
+# "adamw" is torch.optim.AdamW(foreach=True), what gcdoctor measures by default; the other two
+# AdamW implementations differ only in what the step allocates (see _optimizer_step).
+OPTIMIZERS = ("adamw", "adamw-forloop", "adamw-fused", "sgd")
+ADAM_IMPLS = {"adamw": "foreach", "adamw-forloop": "forloop", "adamw-fused": "fused"}
 DEVICE_KINDS = ("cuda", "musa", "cpu")
 # Architectures whose layer the timeline replays exactly (Llama layout, optional q/k/v bias).
 EXACT_TYPES = ("llama", "mistral", "qwen2")
@@ -39,39 +42,39 @@ CUDA_BLOCK_BYTES = 512
 # Forward runs on the main thread and backward on autograd's device thread, two handles.
 # Allocated in the warm-up step, so it is in the measured baseline. Settled by the H200 run.
 CUDA_BLAS_WORKSPACE_BYTES = 2 * 32 * MiB
-# Device memory the allocator never gets: the CUDA/MUSA context and loaded kernels.
-# CALIBRATED on one run (samples/h200-llama3-8b-diagnose: H200, torch 2.11+cu130, driver
-# 580): every OOM message there reads "this process has X in use" with X - allocated -
-# reserved-but-unallocated = 0.74, 0.74, 0.75, 0.76 GiB of non-PyTorch memory, so 768 MiB.
-# (REFERENCES.md §6 gives 0.3-0.6 GB, from older stacks; this one, CUDA 13, simply
-# holds more.) The capacity is torch's total_memory (139.80 GiB on that H200; NVML reports
-# 615 MiB more, 143,771 MiB: the driver's own reservation).
+# Device memory the allocator never gets: the CUDA/MUSA context, loaded kernels and library
+# handles. MEASURED, not fitted: diagnose reads it on the device (total - free - reserved after
+# the first measured step, gcdoctor.backends.accelerator.non_allocator_bytes); this default is
+# what the four OOM messages of samples/h200-llama3-8b-diagnose (H200, torch 2.11+cu130, driver
+# 580) state: "this process has X in use" minus allocated minus reserved-but-unallocated = 0.74,
+# 0.74, 0.75, 0.76 GiB. `plan` uses it for cards it has not seen (said beside the result). The
+# capacity is torch's total_memory (139.80 GiB on that H200; NVML reports 615 MiB more, 143,771
+# MiB: the driver's own reservation).
 DEVICE_CONTEXT_BYTES = 768 * MiB
-# Fraction of (capacity - context) kept back for the caching allocator's fragmentation.
-# CALIBRATED on the same single H200 run, not derived: the allocated peak is predicted to
-# within 33 KiB there, so the margin alone decides the largest batch. What the run shows:
-# - every OOM failed on a big block the model names (no GC b3: g_logits32 5.87 GiB in the
-#   loss backward at 130.62 GiB allocated, model 130.60; GC b12/b16: the fp32 log-probs,
-#   23.48/31.31 GiB in the forward's loss at 93.66/109.91 GiB allocated, model 93.66/109.91),
-#   while the allocator held cached blocks it could not use for it (reserved but
-#   unallocated 2.59, 23.37, 20.18 GiB): no GC b3 lacked 0.03 GiB, GC b12 1.47 GiB;
-# - the largest fitting point (GC b11, peak 121.89 GiB allocated) reserved 130.07 GiB:
-#   8.2 GiB (6.3% of reserved) of slack at the fitting edge;
-# - measured largest batch 2 (no GC) and 11 (GC). With 768 MiB context every fraction in
-#   (7.3%, 12.3%] reproduces both from torch's capacity, (7.7%, 12.7%] from NVML's; 10% sits
-#   mid-range (usable 125.15 GiB of 139.80). The old 2% with 512 MiB predicted 3 and 13.
-# The slack depends on the allocation pattern (the fp32 loss block splits cached segments),
-# so other models, sequence lengths and cards may need another value: recalibrate with
-# `tests/test_memory_h200_calibration.py`'s data when a new run lands. Lightning's batch
-# finder keeps 5% (REFERENCES.md §3), which on this run would still predict GC batch 12.
-FRAGMENTATION_FRACTION = 0.10
-# Said wherever the margins are shown, so nobody mistakes them for a derivation.
-MARGIN_CALIBRATION = ("calibrated on one H200 run: Llama-3-8B, bf16, seq 4096, AdamW, "
-                      "samples/h200-llama3-8b-diagnose")
+CONTEXT_SOURCE = ("assumed: the 0.74-0.76 GiB the OOM messages of an H200 run state "
+                  "(samples/h200-llama3-8b-diagnose; torch 2.11, CUDA 13)")
+# The allocators the largest batch is predicted for (gcdoctor.allocator replays both).
+ALLOCATORS = ("default", "expandable")
 
 # Categories of live bytes, for the breakdown at a peak.
 CATEGORIES = ("params", "optimizer_states", "grads", "activations", "logits_loss",
               "transients", "workspace", "inputs")
+
+
+@dataclass(frozen=True)
+class StatesPolicy:
+    """Where a training setup keeps the model states, as the device sees it: what `plan` and
+    GC004 predict for setups gcdoctor does not measure itself (built by `remedy`).
+
+    The activations, the loss block and their order are the measured step's; only the
+    parameters, gradients, optimizer states and the optimizer step's transients change."""
+
+    name: str
+    param_scale: float = 1.0  # of the model-dtype parameters resident on this device
+    grad_scale: float = 1.0  # of each weight gradient as the backward makes it
+    state_bytes: int = 0  # optimizer states resident on this device
+    transient_bytes: int = 0  # extra bytes optimizer.step() allocates on this device
+    extra_bytes: int = 0  # resident buffers of the framework (buckets, gathered layers)
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,7 @@ class Workload:
     # step's end, as `out = model(...); out.loss.backward(); optimizer.step()` does. gcdoctor's
     # capture computes the loss inside a helper and drops `out`: the logits die after the loss.
     keep_logits: bool = False
+    policy: StatesPolicy | None = None  # None: the measured setup (all states on this device)
 
     def check(self) -> None:
         if self.dtype not in DTYPE_BYTES:
@@ -245,6 +249,37 @@ def _n_param_tensors(d: _Dims) -> int:
     return 1 + d.L * per_layer + 1 + (0 if d.tied else 1)
 
 
+def param_tensor_bytes(spec: Any, dtype: str = "bf16") -> list[int]:
+    """Bytes of each parameter tensor, in the order the model creates them, which is also
+    `model.parameters()`'s: embedding; per layer q, k, v, o (each weight, then its bias), gate,
+    up, down, the two norms; the final norm; the LM head unless tied."""
+    e = DTYPE_BYTES[dtype]
+    d = _dims(spec, Workload(1, 1, dtype=dtype))
+    h, q, kv, f = d.h, d.q, d.kv, d.f
+    layer: list[int] = []
+    for width_in, width_out, bias in ((h, q, d.qkv_bias), (h, kv, d.qkv_bias), (h, kv, d.qkv_bias),
+                                      (q, h, d.o_bias), (h, f, d.mlp_bias), (h, f, d.mlp_bias), (f, h, d.mlp_bias)):
+        layer.append(e * width_in * width_out)
+        if bias:
+            layer.append(e * width_out)
+    layer += [e * h, e * h]
+    sizes = [e * d.V * h] + layer * d.L + [e * h]
+    if not d.tied:
+        sizes.append(e * d.V * h)
+    return sizes
+
+
+def _forloop_transient(sizes: list[int]) -> int:
+    """Peak extra bytes of torch.optim.AdamW(foreach=False): per parameter `denom =
+    (exp_avg_sq.sqrt() / c).add_(eps)` makes the sqrt and the quotient while the previous
+    parameter's denom is still bound (torch/optim/adam.py, _single_tensor_adam)."""
+    best, prev = 0, 0
+    for n in sizes:
+        best = max(best, prev + 2 * n)
+        prev = n
+    return best
+
+
 def model_states(spec: Any, dtype: str = "bf16", optimizer: str = "adamw", device: str = "cuda",
                  master_weights: bool = False) -> ModelStates:
     """Parameters, gradients and optimizer states, in bytes (exact for the built model).
@@ -269,11 +304,16 @@ def model_states(spec: Any, dtype: str = "bf16", optimizer: str = "adamw", devic
     master = 4 * n if master_weights else 0
     state = 0
     transient = 0
-    if optimizer == "adamw":
+    impl = ADAM_IMPLS.get(optimizer)
+    if impl is not None:
         state = 2 * n * (4 if master_weights else e)
-        if device == "cpu":
-            state += 4 * nt
-        transient = n * (4 if master_weights else e)
+        if device == "cpu" or impl == "fused":
+            state += 4 * nt  # the float32 `step` tensors: on the device only when fused
+        sizes = param_tensor_bytes(spec, dtype)
+        if impl == "foreach":
+            transient = n * (4 if master_weights else e)
+        elif impl == "forloop":
+            transient = _forloop_transient(sizes)
     if master_weights:
         transient += 4 * n  # fp32 copy of the bf16 grads for the fp32 update
     # LlamaRotaryEmbedding keeps inv_freq and original_inv_freq, fp32, head_dim/2 each.
@@ -320,11 +360,15 @@ class _Timeline:
         self.round_to = round_to
         self.where = ""
         self.peak = Peak()
+        self.groups: dict[str, list[str]] = {}
+        self.grad_scale = 1.0  # a StatesPolicy's: sharded or adapter-only gradients
 
     def at(self, where: str) -> None:
         self.where = where
 
     def alloc(self, name: str, nbytes: int, cat: str) -> None:
+        if cat == "grads" and self.grad_scale != 1.0:
+            nbytes = int(nbytes * self.grad_scale)
         if nbytes <= 0:
             return
         if self.round_to > 1:
@@ -346,6 +390,21 @@ class _Timeline:
 
     def has(self, name: str) -> bool:
         return name in self.live
+
+    def alloc_group(self, name: str, sizes: list[int], cat: str) -> None:
+        """Tensors made one after another and freed together (per-parameter optimizer states,
+        foreach outputs): one live entry each, so each is rounded and placed on its own."""
+        names = [f"{name}[{i}]" for i in range(len(sizes))]
+        for item, n in zip(names, sizes):
+            self.alloc(item, n, cat)
+        self.groups[name] = names
+
+    def free_group(self, name: str) -> None:
+        self.free(*self.groups.pop(name, []))
+
+    def hook(self, what: str) -> None:
+        """A point of the step where a one-time allocation may happen (the first matmul of a
+        thread makes its cuBLAS workspace). The steady-state timeline has them at the start."""
 
     def rename(self, old: str, new: str) -> None:
         self.live[new] = self.live.pop(old)
@@ -417,6 +476,8 @@ def _layer_forward(tl: _Timeline, d: _Dims, l: int, keep: bool, stop_early: bool
     tl.at(f"layer {l} forward" + (" (recompute)" if stop_early else ""))
     y1 = _norm_forward(tl, d, p + "n1.", x, keep)
     tl.alloc(p + "q", e * d.q * T, ACT)
+    if l == 0 and not stop_early:
+        tl.hook("matmul:forward")
     tl.alloc(p + "k", e * d.kv * T, ACT)
     tl.alloc(p + "v", e * d.kv * T, ACT)
     _rope_forward(tl, d, p + "q", d.q)
@@ -468,24 +529,24 @@ class _Semantics:
 
     in_place: bool
     round_to: int
-    blas_workspace: int
-    workspaces: dict[str, int]
+    blas_workspaces: list[int]  # per thread that runs matmuls: forward (main), backward (autograd)
+    workspaces: dict[str, list[int]]  # kernel -> its buffers' bytes, in allocation order
 
 
 def _semantics(d: _Dims, device: str, in_place: bool | None = None) -> _Semantics:
     if device == "cpu":
-        return _Semantics(in_place=bool(in_place), round_to=1, blas_workspace=0, workspaces={})
+        return _Semantics(in_place=bool(in_place), round_to=1, blas_workspaces=[], workspaces={})
     ws = {
-        # Flash-attention 2 backward (PyTorch's mha_bwd): dq_accum fp32 (b, s, heads, hd) and
-        # softmax_d fp32 (b, heads, s); with GQA, dk/dv at full head count before the sum.
-        "sdpa_backward": d.T * (4 * d.q + 4 * d.a + (2 * d.e * d.q if d.kv != d.q else 0)),
+        # Flash-attention 2 backward (PyTorch's mha_bwd): softmax_d fp32 (b, heads, s), dq_accum
+        # fp32 (b, s, heads, hd); with GQA, dk/dv at full head count before the sum.
+        "sdpa_backward": [4 * d.a * d.T, 4 * d.q * d.T] + ([d.e * d.q * d.T] * 2 if d.kv != d.q else []),
         # embedding_dense_backward_cuda (EmbeddingBackwardKernel.cu): fp32 partial sums per
         # index (numel x hidden) and six int64 index buffers (sorted/original indices, segment
         # offsets, partial counts and offsets).
-        "embedding_backward": d.T * (4 * d.h + 6 * 8),
+        "embedding_backward": [4 * d.h * d.T] + [8 * d.T] * 6,
     }
     return _Semantics(in_place=True if in_place is None else in_place, round_to=CUDA_BLOCK_BYTES,
-                      blas_workspace=CUDA_BLAS_WORKSPACE_BYTES, workspaces=ws)
+                      blas_workspaces=[CUDA_BLAS_WORKSPACE_BYTES // 2] * 2, workspaces=ws)
 
 
 def _norm_backward(tl: _Timeline, d: _Dims, sem: _Semantics, p: str, x: str, gy: str, grad_w: str) -> str:
@@ -519,8 +580,8 @@ def _norm_backward(tl: _Timeline, d: _Dims, sem: _Semantics, p: str, x: str, gy:
 def _rope_backward(tl: _Timeline, d: _Dims, p: str, width: int, g: str) -> str:
     """Products, slice_backward and sums of rotate_half: at most three more grads at once."""
     e, T = d.e, d.T
-    tl.alloc(p + "rtmp", 3 * e * width * T, TMP)
-    tl.free(p + "rtmp")
+    tl.alloc_group(p + "rtmp", [e * width * T] * 3, TMP)
+    tl.free_group(p + "rtmp")
     tl.alloc(p + "gpre", e * width * T, TMP)
     tl.free(g)
     return p + "gpre"
@@ -555,12 +616,14 @@ def _layer_backward(tl: _Timeline, d: _Dims, sem: _Semantics, l: int, g_out: str
     tl.at(f"layer {l} backward (attention)")
     tl.alloc(p + "o.grad", e * wts["o"], GRAD)
     tl.alloc(p + "gatt", e * d.q * T, TMP)
-    ws = sem.workspaces.get("sdpa_backward", 0)
-    tl.alloc(p + "sdpa_ws", ws, "workspace")
+    # flash-attention backward (mha_bwd): dq, dk, dv, then softmax_d, dq_accum and, with GQA,
+    # dk/dv at the full head count, summed into dk/dv before it returns
     tl.alloc(p + "gq", e * d.q * T, TMP)
     tl.alloc(p + "gk", e * d.kv * T, TMP)
     tl.alloc(p + "gv", e * d.kv * T, TMP)
-    tl.free(p + "sdpa_ws", p + "gatt", p + "out", p + "lse", p + "v", p + "qr", p + "kr")
+    tl.alloc_group(p + "sdpa_ws", sem.workspaces.get("sdpa_backward", []), "workspace")
+    tl.free_group(p + "sdpa_ws")
+    tl.free(p + "gatt", p + "out", p + "lse", p + "v", p + "qr", p + "kr")
     gk = _rope_backward(tl, d, p + "k", d.kv, p + "gk")
     gq = _rope_backward(tl, d, p + "q", d.q, p + "gq")
     if l == 0:
@@ -590,15 +653,16 @@ def _layer_backward(tl: _Timeline, d: _Dims, sem: _Semantics, l: int, g_out: str
 def predict(spec: Any, workload: Workload, in_place: bool | None = None) -> Prediction:
     """Replay one training step of `spec` under `workload`; return its predicted peaks.
 
-    `in_place` overrides how autograd sums two grads of one tensor (see _Semantics); by
-    default it is in place on devices and not under the CPU backend's counter.
+    The step is a steady one (after the warm-up): parameters, optimizer states, the cuBLAS
+    workspaces and the batch are allocated at its start. `in_place` overrides how autograd sums
+    two grads of one tensor (see _Semantics); by default it is in place on devices and not under
+    the CPU backend's counter.
     """
     w = workload
     w.check()
     d = _dims(spec, w)
     sem = _semantics(d, w.device, in_place)
     st = model_states(spec, w.dtype, w.optimizer, w.device, w.master_weights)
-    e, T, h, V = d.e, d.T, d.h, d.V
     tl = _Timeline(sem.round_to)
     notes: list[str] = []
     approximate = spec.model_type not in EXACT_TYPES
@@ -607,15 +671,98 @@ def predict(spec: Any, workload: Workload, in_place: bool | None = None) -> Pred
 
     # step start: resident states, workspaces from the warm-up, the batch
     tl.at("step start")
-    tl.alloc("params", st.param_bytes, "params")
-    tl.alloc("buffers", st.buffer_bytes, "params")
-    tl.alloc("master", st.master_weight_bytes, "optimizer_states")
-    tl.alloc("opt_states", st.optimizer_state_bytes, "optimizer_states")
-    tl.alloc("blas_ws", sem.blas_workspace, "workspace")
-    tl.alloc("ids", 8 * T, "inputs")
+    sizes = param_tensor_bytes(spec, w.dtype)
+    pol = w.policy
+    if pol is None:
+        tl.alloc_group("params", sizes, "params")
+    else:
+        tl.alloc_group("params", [int(n * pol.param_scale) for n in sizes], "params")
+        tl.alloc("policy_extra", pol.extra_bytes, "optimizer_states")
+        tl.grad_scale = pol.grad_scale
+    tl.alloc_group("buffers", [4 * (d.hd // 2)] * 2, "params")
+    _optimizer_states(tl, spec, w, sizes)
+    tl.alloc_group("blas_ws", sem.blas_workspaces, "workspace")
+    tl.alloc("ids", 8 * d.T, "inputs")
     baseline = tl.total
     tl.new_phase()
+    forward, backward, optimizer, after_forward, loss_block = _step(tl, spec, d, sem, w, sizes)
 
+    per_layer = layer_activation_bytes_per_token(spec, w.dtype) * d.T
+    saved_per_layer = checkpoint_residue_bytes_per_token(spec, w.dtype) * d.T if w.gc else per_layer
+    return Prediction(
+        workload=w, states=st, baseline_bytes=baseline, forward=forward, backward=backward,
+        optimizer=optimizer, activations_after_forward_bytes=after_forward - baseline,
+        saved_per_layer_bytes=saved_per_layer, layer_activation_bytes=per_layer,
+        loss_block_bytes=loss_block, approximate=approximate, notes=notes,
+    )
+
+
+def _optimizer_states(tl: _Timeline, spec: Any, w: Workload, sizes: list[int]) -> None:
+    """AdamW's states as `_init_group` makes them, parameter by parameter: the float32 `step`
+    (a host tensor unless fused, counted only by the CPU backend), exp_avg, exp_avg_sq; with
+    mixed precision the fp32 master copy first. SGD without momentum keeps nothing."""
+    if w.policy is not None:
+        tl.alloc("policy_states", w.policy.state_bytes, "optimizer_states")
+        return
+    impl = ADAM_IMPLS.get(w.optimizer)
+    if w.master_weights:
+        tl.alloc_group("master", [2 * n for n in sizes] if w.dtype != "fp32" else sizes, "optimizer_states")
+    if impl is None:
+        return
+    scale = 4 // DTYPE_BYTES[w.dtype] if w.master_weights else 1
+    step_bytes = 4 if (w.device == "cpu" or impl == "fused") else 0
+    for i, n in enumerate(sizes):
+        tl.alloc(f"opt_step[{i}]", step_bytes, "optimizer_states")
+        tl.alloc(f"opt_m[{i}]", n * scale, "optimizer_states")
+        tl.alloc(f"opt_v[{i}]", n * scale, "optimizer_states")
+
+
+def _optimizer_step(tl: _Timeline, w: Workload, sizes: list[int], first: bool, spec: Any) -> None:
+    """What optimizer.step() allocates, by implementation (torch/optim/adam.py):
+
+    - foreach (_multi_tensor_adam): `torch._foreach_sqrt(exp_avg_sqs)`, one tensor per
+      parameter, all alive until the update is done;
+    - forloop (_single_tensor_adam): per parameter the sqrt and the quotient of `denom`, while the
+      previous parameter's denom is still bound;
+    - fused (_fused_adamw_): nothing;
+    - SGD without momentum (foreach): nothing.
+    The first step makes the states first (_init_group); mixed precision also copies the grads
+    to fp32 for the update (plan only)."""
+    if first:
+        _optimizer_states(tl, spec, w, sizes)
+    if w.policy is not None:
+        tl.alloc("policy_transient", w.policy.transient_bytes, TMP)
+        tl.free("policy_transient")
+        return
+    impl = ADAM_IMPLS.get(w.optimizer)
+    scale = 4 // DTYPE_BYTES[w.dtype] if w.master_weights else 1
+    if w.master_weights:
+        tl.alloc_group("grads32", [n * 4 // DTYPE_BYTES[w.dtype] for n in sizes], TMP)
+    if impl == "foreach":
+        tl.alloc_group("opt_sqrt", [n * scale for n in sizes], TMP)
+        tl.free_group("opt_sqrt")
+    elif impl == "forloop":
+        prev = None
+        for i, n in enumerate(sizes):
+            tl.alloc(f"opt_sqrt[{i}]", n * scale, TMP)
+            tl.alloc(f"opt_denom[{i}]", n * scale, TMP)
+            tl.free(f"opt_sqrt[{i}]")
+            if prev is not None:
+                tl.free(prev)
+            prev = f"opt_denom[{i}]"
+        if prev is not None:
+            tl.free(prev)
+    if w.master_weights:
+        tl.free_group("grads32")
+
+
+def _step(tl: _Timeline, spec: Any, d: _Dims, sem: "_Semantics", w: Workload, sizes: list[int],
+          first: bool = False) -> tuple[Peak, Peak, Peak, int, int]:
+    """Forward, loss, backward and optimizer.step() of one training step, on a timeline where
+    the parameters (and, unless `first`, the optimizer states) are alive. Returns the three
+    phases' peaks, the total after forward+loss and the loss block's bytes. The grads stay
+    alive (zero_grad is the caller's)."""
+    e, T, h, V = d.e, d.T, d.h, d.V
     # forward ---------------------------------------------------------------------------
     tl.at("embedding and RoPE tables")
     tl.alloc("x0", e * h * T, ACT)
@@ -689,6 +836,7 @@ def predict(spec: Any, workload: Workload, in_place: bool | None = None) -> Pred
         g_logits = "g_logits"
     tl.at("LM head backward")
     tl.alloc("head.grad", e * V * h, GRAD)
+    tl.hook("matmul:backward")
     tl.alloc("g_yf", e * h * T, TMP)
     tl.free(g_logits, yf)
     tl.at("final norm backward")
@@ -703,59 +851,125 @@ def predict(spec: Any, workload: Workload, in_place: bool | None = None) -> Pred
                 tl.free("position_ids")
         g = g_prev
     tl.at("embedding backward")
-    tl.alloc("emb_ws", sem.workspaces.get("embedding_backward", 0), "workspace")
+    tl.alloc_group("emb_ws", sem.workspaces.get("embedding_backward", []), "workspace")
     if d.tied:
         # the embedding's grad meets the LM head's (same weight) in one InputBuffer; torch
         # adds them out of place even without the counter (profiler-measured on the CPU)
         tl.alloc("embed.grad_new", e * V * h, TMP)
-        tl.free("emb_ws", g)
+        tl.free_group("emb_ws")
+        tl.free(g)
         tl.accumulate("embed.grad", "head.grad", "embed.grad_new", e * V * h, False)
     else:
         tl.alloc("embed.grad", e * V * h, GRAD)
-        tl.free("emb_ws")
+        tl.free_group("emb_ws")
     tl.free(g, "x0", "g_loss")
     backward = tl.new_phase()
 
     # optimizer step --------------------------------------------------------------------
     tl.at("optimizer step")
-    tl.alloc("opt_transient", st.optimizer_transient_bytes, TMP)
-    tl.free("opt_transient")
+    _optimizer_step(tl, w, sizes, first, spec)
     optimizer = tl.new_phase()
-
-    per_layer = layer_activation_bytes_per_token(spec, w.dtype) * T
-    saved_per_layer = checkpoint_residue_bytes_per_token(spec, w.dtype) * T if w.gc else per_layer
-    return Prediction(
-        workload=w, states=st, baseline_bytes=baseline, forward=forward, backward=backward,
-        optimizer=optimizer, activations_after_forward_bytes=after_forward - baseline,
-        saved_per_layer_bytes=saved_per_layer, layer_activation_bytes=per_layer,
-        loss_block_bytes=loss_block, approximate=approximate, notes=notes,
-    )
+    return forward, backward, optimizer, after_forward, loss_block
 
 
 # ---------------------------------------------------------------------------------------
 # fitting a device
 
 
-def usable_bytes(device_memory_bytes: int, device: str = "cuda") -> int:
-    """What the caching allocator can give to tensors on a card of `device_memory_bytes`
-    (torch's total_memory): the card minus the context, less a fragmentation margin. Both
-    constants are calibrated on one H200 run (see their comments and docs/memory-model.md)."""
+def usable_bytes(device_memory_bytes: int, device: str = "cuda", context_bytes: int | None = None) -> int:
+    """What the caching allocator can reserve on a card of `device_memory_bytes` (torch's
+    total_memory): the card minus the context. Whether a step fits in it is the allocator
+    replay's question (`fit`); on the CPU the counter's limit is the whole story."""
     if device == "cpu":
         return device_memory_bytes
-    room = device_memory_bytes - DEVICE_CONTEXT_BYTES
-    return max(int(room * (1.0 - FRAGMENTATION_FRACTION)), 0)
+    ctx = DEVICE_CONTEXT_BYTES if context_bytes is None else context_bytes
+    return max(device_memory_bytes - ctx, 0)
+
+
+def fit(spec: Any, workload: Workload, device_memory_bytes: int, allocator: str = "default",
+        context_bytes: int | None = None, limit_bytes: int | None = None, steps: int = 3,
+        fresh_workspaces: bool = False) -> Any:
+    """Whether `workload` fits as a training job meets it: a fresh process builds the model and
+    runs `steps` steps (the first makes the optimizer states; the layout settles by the third:
+    on Llama-3-8B no GC batch 3 fails only in it), replayed through the caching
+    allocator (gcdoctor.allocator) on a card of `device_memory_bytes` less the context, with
+    --memory-limit `limit_bytes` capping reserved bytes. Returns the replay's SimMeasurement.
+
+    On the CPU there is no caching allocator: the counter's peak against the limit decides."""
+    from gcdoctor import allocator as A
+
+    w = workload
+    if w.device == "cpu":
+        peak = predict(spec, w).peak_bytes
+        cap = limit_bytes if limit_bytes is not None else device_memory_bytes
+        out = A.SimMeasurement("gc" if w.gc else "no_gc", w.batch_size, fits=peak <= cap, steps=steps)
+        out.peak_allocated = out.peak_reserved = peak
+        return out
+    if allocator not in ALLOCATORS:
+        raise UserError(f"allocator {allocator!r}: use one of {', '.join(ALLOCATORS)}")
+    key = (spec.source, spec.n_layers, spec.name, w, device_memory_bytes, allocator, context_bytes, limit_bytes,
+           steps, fresh_workspaces)
+    if key in _FITS:
+        return _FITS[key]
+    variant = "gc" if w.gc else "no_gc"
+    plan = [("build", variant), ("measure", variant, w.batch_size, steps)]
+    out = A.replay(spec, w.seq_len, plan, usable_bytes(device_memory_bytes, w.device, context_bytes),
+                   dtype=w.dtype, optimizer=w.optimizer, expandable=allocator == "expandable",
+                   allowed=limit_bytes, device_total=device_memory_bytes,
+                   workspaces_persist=not fresh_workspaces, master_weights=w.master_weights)[0]
+    if len(_FITS) >= 512:
+        _FITS.clear()
+    _FITS[key] = out
+    return out
+
+
+_FITS: dict[tuple, Any] = {}  # fit()'s replays, by everything they depend on (a replay takes ~0.1-0.3 s)
+
+
+def max_batch_fresh(spec: Any, device_memory_bytes: int, seq_len: int, dtype: str = "bf16",
+                    optimizer: str = "adamw", gc: bool = False, device: str = "cuda",
+                    allocator: str = "default", context_bytes: int | None = None,
+                    limit_bytes: int | None = None, cap: int = 1 << 12, master_weights: bool = False) -> int:
+    """The largest batch a fresh process fits under `allocator` (0: not even batch 1).
+
+    The caching allocator's boundary need not be monotonic (a batch can fail on a layout its
+    neighbour avoids), so: the largest batch whose allocated peak is within what the
+    allocator can reserve bounds it (`max_batch`); expandable segments are replayed from that
+    bound down to their first fit, the default allocator from expandable's result down to its
+    first fit (a batch above a default-allocator failure that would fit is not searched for)."""
+    w = lambda b: Workload(b, seq_len, dtype, optimizer, gc, device, master_weights)  # noqa: E731
+    room = usable_bytes(device_memory_bytes, device, context_bytes)
+    if limit_bytes is not None:
+        room = min(room, limit_bytes)
+    bound = max_batch(spec, room, seq_len, dtype, optimizer, gc, device, master_weights, cap=cap)
+    if device == "cpu" or bound == 0:
+        return bound
+
+    def fits(b: int, alloc: str) -> bool:
+        return fit(spec, w(b), device_memory_bytes, alloc, context_bytes, limit_bytes).fits
+
+    if allocator == "expandable":
+        top = bound
+        while top > 0 and not fits(top, "expandable"):
+            top -= 1
+        return top
+    b = max_batch_fresh(spec, device_memory_bytes, seq_len, dtype, optimizer, gc, device, "expandable",
+                        context_bytes, limit_bytes, cap, master_weights)
+    while b > 0 and not fits(b, "default"):
+        b -= 1
+    return b
 
 
 def max_batch(spec: Any, limit_bytes: int, seq_len: int, dtype: str = "bf16", optimizer: str = "adamw",
               gc: bool = False, device: str = "cuda", master_weights: bool = False,
-              keep_logits: bool = False, cap: int = 1 << 16) -> int:
+              keep_logits: bool = False, cap: int = 1 << 16, policy: StatesPolicy | None = None) -> int:
     """Largest batch whose predicted peak (the same `predict`) is at most `limit_bytes`.
 
     0 when not even batch 1 fits. Peaks grow with the batch, so a doubling then a bisection
     finds it with about 2*log2(batch) predictions.
     """
     def fits(b: int) -> bool:
-        wl = Workload(b, seq_len, dtype, optimizer, gc, device, master_weights, keep_logits)
+        wl = Workload(b, seq_len, dtype, optimizer, gc, device, master_weights, keep_logits, policy)
         return predict(spec, wl).peak_bytes <= limit_bytes
 
     if not fits(1):
@@ -775,11 +989,136 @@ def max_batch(spec: Any, limit_bytes: int, seq_len: int, dtype: str = "bf16", op
 
 
 # ---------------------------------------------------------------------------------------
+# what else would fit: other homes for the model states
+
+
+DEEPSPEED_REDUCE_BUCKET = 500_000_000  # elements: DeepSpeed's default reduce_bucket_size
+LORA_RANK = 16
+SHARD_COUNTS = (2, 4, 8, 16, 32, 64)
+REMEDY_KEYS = ("zero-offload", "adamw-8bit", "adafactor", "sgd", "lora", "shard")
+
+
+def _linear_shapes(spec: Any) -> list[tuple[int, int]]:
+    d = _dims(spec, Workload(1, 1))
+    return [(d.h, d.q), (d.h, d.kv), (d.h, d.kv), (d.q, d.h), (d.h, d.f), (d.h, d.f), (d.f, d.h)]
+
+
+def remedy(spec: Any, key: str, dtype: str = "bf16", n_devices: int = 1) -> tuple[StatesPolicy, dict[str, str]]:
+    """The device-side model states of one alternative setup, and how to say it.
+
+    Bytes per setup (n parameters of e bytes, P = n x e, the largest tensor n_max):
+    - zero-offload (DeepSpeed ZeRO-2 with offload_optimizer cpu): the model-dtype weights stay;
+      gradients leave the device bucket by bucket through two reduce buffers of
+      reduce_bucket_size elements (5e8 by default; two with overlap_comm, stage_1_and_2.py's
+      ipg_buffer); fp32 master weights, gradients and Adam moments live on the host (16 B per
+      parameter) and the step runs there (DeepSpeed CPUAdam);
+    - adamw-8bit (bitsandbytes AdamW8bit): both moments in 8 bits with a float32 absmax per
+      256-element block, for tensors of at least 4096 elements; smaller ones keep 32-bit states;
+      the update is one fused kernel;
+    - adafactor (transformers Adafactor, beta1=None): a row and a column second moment per
+      matrix, a full one per vector, in the gradient's dtype; its step upcasts the gradient and the
+      weight of each parameter to fp32 and builds the update there: about four fp32 copies of the
+      largest parameter;
+    - sgd (momentum 0): no states, no step transients;
+    - lora (rank 16 on every linear layer of the decoder, base weights frozen): adapter weights,
+      their grads, AdamW moments and foreach transient, nothing for the frozen weights; the
+      activations are taken as full fine-tuning's (an upper bound: frozen matmuls save no input
+      for a weight gradient);
+    - shard (FSDP2 / ZeRO-3 over N devices): weights, grads, moments and the foreach transient /N,
+      plus two gathered units (the running and the prefetched one) and one unit's unsharded
+      grads, a unit being a decoder layer or the embedding, whichever is larger.
+    """
+    sizes = param_tensor_bytes(spec, dtype)
+    e = DTYPE_BYTES[dtype]
+    P = sum(sizes)
+    n = P // e
+    if key == "zero-offload":
+        pol = StatesPolicy(key, 1.0, 0.0, 0, 0, 2 * min(DEEPSPEED_REDUCE_BUCKET, n) * e)
+        text = {"label": "optimizer states and step on the host (DeepSpeed ZeRO-Offload)",
+                "settings": '"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", '
+                            '"pin_memory": true}}',
+                "host": f"{16 * n / GiB:.1f} GiB of host memory (fp32 master, grads, Adam moments)"}
+    elif key == "adamw-8bit":
+        state = 0
+        for size in sizes:
+            k = size // e
+            state += (2 * k + 2 * 4 * (-(-k // 256))) if k >= 4096 else 8 * k
+        pol = StatesPolicy(key, 1.0, 1.0, state, 0, 0)
+        text = {"label": "8-bit AdamW states (bitsandbytes)", "settings": "bnb.optim.AdamW8bit(model.parameters())"}
+    elif key == "adafactor":
+        d = _dims(spec, Workload(1, 1, dtype=dtype))
+        matrices = [(d.V, d.h)] + _linear_shapes(spec) * d.L + ([] if d.tied else [(d.V, d.h)])
+        vectors = (2 * d.L + 1) * d.h
+        state = e * (sum(r + c for r, c in matrices) + vectors)
+        pol = StatesPolicy(key, 1.0, 1.0, state, 16 * (max(sizes) // e), 0)
+        text = {"label": "Adafactor (factored second moment, no first moment)",
+                "settings": "transformers.optimization.Adafactor(params, lr=..., scale_parameter=False, "
+                            "relative_step=False)"}
+    elif key == "sgd":
+        pol = StatesPolicy(key, 1.0, 1.0, 0, 0, 0)
+        text = {"label": "SGD without momentum (no optimizer states)", "settings": "torch.optim.SGD(params, lr=...)"}
+    elif key == "lora":
+        d = _dims(spec, Workload(1, 1, dtype=dtype))
+        trainable = d.L * sum(LORA_RANK * (i + o) for i, o in _linear_shapes(spec))
+        pol = StatesPolicy(key, 1.0, 0.0, 2 * trainable * e, trainable * e, 2 * trainable * e)
+        text = {"label": f"LoRA rank {LORA_RANK} on every linear layer, base weights frozen",
+                "settings": f'peft.LoraConfig(r={LORA_RANK}, target_modules="all-linear")'}
+    elif key == "shard":
+        d = _dims(spec, Workload(1, 1, dtype=dtype))
+        layer = sum(sizes[1:1 + (len(sizes) - 2 - (0 if d.tied else 1)) // d.L])
+        unit = max(e * d.V * d.h, layer)
+        N = n_devices
+        pol = StatesPolicy(f"shard-{N}", 1.0 / N, 1.0 / N, 2 * P // N, P // N, 3 * unit)
+        text = {"label": f"states sharded over {N} devices (FSDP2 / ZeRO-3)",
+                "settings": 'torch.distributed.fsdp.fully_shard(layer) per decoder layer, or DeepSpeed '
+                            '"zero_optimization": {"stage": 3}'}
+    else:
+        raise ValueError(f"unknown remedy {key!r}")
+    return pol, text
+
+
+def fit_options(spec: Any, seq_len: int, room_bytes: int, dtype: str = "bf16", device: str = "cuda",
+                probe: tuple[Any, int] | None = None) -> list["FitOption"]:
+    """Each alternative home for the model states (`remedy`), with its device-side states, the
+    predicted peak at batch 1 with layer checkpointing, and the largest batch with and without
+    it, against `room_bytes` (what the allocator can reserve, or the limit). Largest batches come
+    from the allocated peak (the allocator is not replayed for these setups). `probe`: (spec, batch)
+    of the offload probe, so the ZeRO-Offload line can be checked against its measurement."""
+    from gcdoctor.facts.memory import FitOption
+
+    out: list[FitOption] = []
+    for key in REMEDY_KEYS:
+        counts = SHARD_COUNTS if key == "shard" else (1,)
+        for N in counts:
+            pol, text = remedy(spec, key, dtype, N)
+            peak = predict(spec, Workload(1, seq_len, dtype, "adamw", True, device, policy=pol)).peak_bytes
+            best = max_batch(spec, room_bytes, seq_len, dtype, "adamw", True, device, policy=pol, cap=1 << 12)
+            if key == "shard" and best == 0 and N != counts[-1]:
+                continue  # the smallest N that fits
+            opt = FitOption(
+                key=key, label=text["label"], settings=text["settings"], host=text.get("host", ""), n_devices=N,
+                device_state_bytes=int(spec.param_count() * DTYPE_BYTES[dtype] * pol.param_scale) + pol.state_bytes
+                + pol.extra_bytes,
+                peak_bytes_batch1_gc=peak, max_batch_gc=best,
+                max_batch_no_gc=max_batch(spec, room_bytes, seq_len, dtype, "adamw", False, device, policy=pol,
+                                          cap=1 << 12))
+            if probe is not None and key == "zero-offload":
+                pspec, pbatch = probe
+                ppol, _ = remedy(pspec, key, dtype)
+                opt.probe_layers, opt.probe_batch = pspec.n_layers, pbatch
+                opt.predicted_probe_peak_bytes = predict(
+                    pspec, Workload(pbatch, seq_len, dtype, "adamw", True, device, policy=ppol)).peak_bytes
+            out.append(opt)
+            break
+    return sorted(out, key=lambda o: (-o.max_batch_gc, o.n_devices, REMEDY_KEYS.index(o.key)))
+
+
+# ---------------------------------------------------------------------------------------
 # facts
 
 
-def predicted_point(pred: Prediction, usable: int | None = None) -> "PredictedPoint":
-    """One prediction as the facts store it."""
+def predicted_point(pred: Prediction, fitted: Any = None, fitted_expandable: Any = None) -> "PredictedPoint":
+    """One prediction as the facts store it, with the allocator replays' verdicts if given."""
     from gcdoctor.facts.memory import PredictedPoint
 
     w = pred.workload
@@ -790,22 +1129,31 @@ def predicted_point(pred: Prediction, usable: int | None = None) -> "PredictedPo
         forward_peak_bytes=pred.forward.bytes, backward_peak_bytes=pred.backward.bytes,
         fwd_bwd_peak_bytes=pred.fwd_bwd.bytes, optimizer_peak_bytes=pred.optimizer.bytes,
         baseline_bytes=pred.baseline_bytes, activations_after_forward_bytes=pred.activations_after_forward_bytes,
-        peak_breakdown=dict(peak.breakdown), fits=None if usable is None else peak.bytes <= usable,
+        peak_breakdown=dict(peak.breakdown), fits=None if fitted is None else fitted.fits,
+        fits_expandable=None if fitted_expandable is None else fitted_expandable.fits,
+        peak_reserved_bytes=None if fitted is None or not fitted.fits else fitted.peak_reserved,
     )
 
 
 def memory_model_facts(spec: Any, seq_len: int, dtype: str = "bf16", optimizer: str = "adamw",
                        device: str = "cuda", points: list[tuple[str, int]] | None = None,
-                       capacity_bytes: int | None = None) -> "MemoryModelFacts":
+                       capacity_bytes: int | None = None, limit_bytes: int | None = None,
+                       context_bytes: int | None = None, context_source: str | None = None,
+                       probe: tuple[Any, int] | None = None) -> "MemoryModelFacts":
     """Predictions for the (variant, batch) points a run measured, and the largest batches.
 
     `points`: ("no_gc" | "gc", batch_size) pairs; `capacity_bytes`: the device's memory
-    (total_memory), from which the usable memory and the predicted largest batches follow.
+    (torch's total_memory; on the CPU the counter's limit); `limit_bytes`: --memory-limit on a
+    device; `context_bytes`: the memory outside the allocator, measured (default: the H200's,
+    said in `context_source`). Each point's fit and the largest batches come from the caching
+    allocator replayed for a fresh process, under both allocators.
     """
     from gcdoctor.facts.memory import MemoryModelFacts
 
     st = model_states(spec, dtype, optimizer, device)
-    usable = usable_bytes(capacity_bytes, device) if capacity_bytes else None
+    on_device = device != "cpu"
+    ctx = (context_bytes if context_bytes is not None else DEVICE_CONTEXT_BYTES) if on_device else 0
+    usable = usable_bytes(capacity_bytes, device, ctx) if capacity_bytes else None
     e = DTYPE_BYTES[dtype]
     mm = MemoryModelFacts(
         model=spec.name, dtype=dtype, optimizer=optimizer, seq_len=seq_len, device=device,
@@ -815,23 +1163,49 @@ def memory_model_facts(spec: Any, seq_len: int, dtype: str = "bf16", optimizer: 
         layer_activation_bytes_per_token=layer_activation_bytes_per_token(spec, dtype),
         checkpoint_residue_bytes_per_token=checkpoint_residue_bytes_per_token(spec, dtype),
         loss_block_bytes_per_token=(e + 4 + (4 if e != 4 else 0)) * spec.vocab_size,
-        capacity_bytes=capacity_bytes, usable_bytes=usable,
+        capacity_bytes=capacity_bytes, usable_bytes=usable, limit_bytes=limit_bytes if on_device else None,
+        context_bytes=ctx if on_device else None,
+        context_source=(context_source or (CONTEXT_SOURCE if context_bytes is None else "measured")) if on_device else "",
     )
     for variant, batch in points or []:
         if variant not in ("no_gc", "gc"):
             raise ValueError(f"memory model: unknown variant {variant!r}")
-        pred = predict(spec, Workload(batch, seq_len, dtype, optimizer, variant == "gc", device))
-        mm.points.append(predicted_point(pred, usable))
-        mm.notes.extend(n for n in pred.notes if n not in mm.notes)
-    if usable is not None and device != "cpu":
-        mm.notes.append(f"usable memory = (capacity - {DEVICE_CONTEXT_BYTES // MiB} MiB context) x "
-                        f"(1 - {FRAGMENTATION_FRACTION:.0%} fragmentation margin), {MARGIN_CALIBRATION}")
+        mm.points.append(predicted_point_for(spec, mm, variant, batch))
+        mm.notes.extend(n for n in predict(spec, Workload(batch, seq_len, dtype, optimizer, variant == "gc",
+                                                          device)).notes if n not in mm.notes)
     if usable is not None:
+        room = usable if limit_bytes is None or not on_device else min(usable, limit_bytes)
         for variant in ("no_gc", "gc"):
-            mm.max_batch[variant] = max_batch(spec, usable, seq_len, dtype, optimizer, variant == "gc", device)
+            gc = variant == "gc"
+            mm.max_batch_allocated[variant] = max_batch(spec, room, seq_len, dtype, optimizer, gc, device)
+            for alloc in (ALLOCATORS if on_device else ("default",)):
+                mm.max_batch_by_allocator.setdefault(alloc, {})[variant] = max_batch_fresh(
+                    spec, capacity_bytes, seq_len, dtype, optimizer, gc, device, alloc, ctx, mm.limit_bytes)
+            mm.max_batch[variant] = mm.max_batch_by_allocator["default"][variant]
+        best = mm.max_batch_by_allocator[ALLOCATORS[-1] if on_device else "default"]
+        if not any(best.values()) and optimizer == "adamw":
+            mm.fit_options = fit_options(spec, seq_len, room, dtype, device, probe)
+        if on_device:
+            mm.notes.append(f"largest batches: the caching allocator replayed for a fresh process "
+                            f"(gcdoctor.allocator) on {capacity_bytes / GiB:.2f} GiB less "
+                            f"{ctx / MiB:.0f} MiB outside the allocator ({mm.context_source})")
     if spec.model_type not in EXACT_TYPES:
         mm.notes.append(f"model_type {spec.model_type!r} is approximated by a Llama layer")
     return mm
+
+
+def predicted_point_for(spec: Any, mm: "MemoryModelFacts", variant: str, batch: int) -> "PredictedPoint":
+    """Predict (variant, batch) under `mm`'s settings, replaying both allocators if a capacity is known."""
+    w = Workload(batch, mm.seq_len, mm.dtype, mm.optimizer, variant == "gc", mm.device)
+    pred = predict(spec, w)
+    if not mm.capacity_bytes:
+        return predicted_point(pred)
+    ctx = mm.context_bytes or 0
+    if mm.device == "cpu":
+        f = fit(spec, w, mm.capacity_bytes)
+        return predicted_point(pred, f)
+    return predicted_point(pred, fit(spec, w, mm.capacity_bytes, "default", ctx, mm.limit_bytes),
+                           fit(spec, w, mm.capacity_bytes, "expandable", ctx, mm.limit_bytes))
 
 
 def predict_for_measurement(ctx: Any, m: Any, variant: str) -> int | None:
@@ -847,12 +1221,65 @@ def predict_for_measurement(ctx: Any, m: Any, variant: str) -> int | None:
     optimizer = getattr(ctx.config, "optimizer", None) or "adamw"
     mm = ctx.facts.memory_model
     if mm is None or (mm.seq_len, mm.dtype, mm.optimizer) != (seq_len, ctx.dtype, optimizer):
-        capacity = ctx.backend.memory_limit() or ctx.backend.total_memory()
-        mm = memory_model_facts(ctx.spec, seq_len, ctx.dtype, optimizer, kind, capacity_bytes=capacity)
+        mm = memory_model_facts_for(ctx, seq_len, optimizer)
         ctx.facts.memory_model = mm
     existing = mm.get(variant, m.batch_size)
     if existing is None:
-        pred = predict(ctx.spec, Workload(m.batch_size, seq_len, ctx.dtype, optimizer, variant == "gc", kind))
-        existing = predicted_point(pred, mm.usable_bytes)
+        existing = predicted_point_for(ctx.spec, mm, variant, m.batch_size)
         mm.points.append(existing)
     return existing.peak_bytes
+
+
+def memory_model_facts_for(ctx: Any, seq_len: int | None = None, optimizer: str | None = None,
+                           after_steps: bool = False) -> "MemoryModelFacts":
+    """memory_model_facts for a diagnose session: the device's memory, --memory-limit, and the
+    memory outside the allocator measured on the device (total - free - reserved).
+
+    Before any step (`after_steps` False) the kernels are not loaded yet (CUDA loads modules
+    lazily), so a reading below the default is a lower bound and the default is used, said so;
+    after the steps the reading is the value."""
+    b = ctx.backend
+    kind = b.kind if b.kind in DEVICE_KINDS else "cuda"
+    seq_len = seq_len or ctx.seq_len
+    optimizer = optimizer or getattr(ctx.config, "optimizer", None) or "adamw"
+    context = source = None
+    if kind != "cpu":
+        measure = getattr(b, "non_allocator_bytes", None)
+        read = measure() if measure is not None else None
+        if read is not None and after_steps:
+            context, source = read, "measured on this device after the sweep's steps: total - free - reserved"
+        elif read is not None and read >= DEVICE_CONTEXT_BYTES:
+            context, source = read, "measured on this device before any step: total - free - reserved"
+        elif read is not None:
+            source = (f"{CONTEXT_SOURCE}; {read / MiB:.0f} MiB measured here before any step, "
+                      "before the kernels load")
+    capacity = b.total_memory() if kind != "cpu" else (b.memory_limit() or b.total_memory())
+    try:
+        probe = (ctx.probe_spec(), ctx.config.probe_batch)
+    except Exception:  # noqa: BLE001 - a context without probe settings: no probe line
+        probe = None
+    return memory_model_facts(ctx.spec, seq_len, ctx.dtype, optimizer, kind, capacity_bytes=capacity,
+                              limit_bytes=b.memory_limit() if kind != "cpu" else None,
+                              context_bytes=context, context_source=source, probe=probe)
+
+
+def refresh_context(ctx: Any, tolerance: int = 32 * MiB) -> bool:
+    """After the sweep's steps: read the memory outside the allocator again and, where it differs
+    from what the predictions used by more than `tolerance`, predict again with it (the points
+    the run measured included). True when the facts were replaced."""
+    mm = ctx.facts.memory_model
+    if mm is None or mm.device == "cpu" or mm.context_bytes is None:
+        return False
+    measure = getattr(ctx.backend, "non_allocator_bytes", None)
+    read = measure() if measure is not None else None
+    if read is None or abs(read - mm.context_bytes) <= tolerance:
+        if read is not None and not mm.context_source.startswith("measured"):
+            mm.context_source += f"; {read / MiB:.0f} MiB measured after the sweep's steps"
+        return False
+    new = memory_model_facts_for(ctx, mm.seq_len, mm.optimizer, after_steps=True)
+    for p in mm.points:
+        new.points.append(predicted_point_for(ctx.spec, new, p.variant, p.batch_size))
+    new.notes.append(f"predicted again with the memory outside the allocator measured after the steps "
+                     f"({read / MiB:.0f} MiB; {mm.context_bytes / MiB:.0f} MiB before them)")
+    ctx.facts.memory_model = new
+    return True

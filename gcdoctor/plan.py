@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from typing import Any
 
 from gcdoctor import memory as M
@@ -17,6 +18,7 @@ DEFAULT_SEQ_LEN = 4096
 DEFAULT_DTYPE = "bf16"
 DEFAULT_OPTIMIZER = "adamw"
 GC_MODES = ("no_gc", "gc")
+WIDTH = 80  # the text fits an 80-column terminal
 _LABEL = {"no_gc": "no GC", "gc": "GC"}
 
 _UNITS = {
@@ -95,6 +97,9 @@ def _why_not(pred: M.Prediction, usable: int) -> str:
     peak = pred.peak
     parts = sorted(peak.breakdown.items(), key=lambda kv: -kv[1])
     named = ", ".join(f"{_CATEGORY.get(k, k)} {_gib(v)}" for k, v in parts if v >= 0.05 * peak.bytes)
+    if peak.bytes <= usable:
+        return (f"peak {_gib(peak.bytes)} at {peak.where} ({named}) is within the usable {_gib(usable)}, but the "
+                "replayed allocator cannot place it: cached blocks and pages in pieces (fragmentation)")
     line = f"peak {_gib(peak.bytes)} at {peak.where} ({named}) exceeds the usable {_gib(usable)}"
     if peak.breakdown.get("logits_loss", 0) > peak.breakdown.get("activations", 0):
         line += "; the fp32 loss, not the layers, sets it (a fused or chunked cross-entropy removes most of it)"
@@ -105,23 +110,31 @@ def _why_not(pred: M.Prediction, usable: int) -> str:
 
 def _from_args(args: Any) -> dict[str, Any]:
     """run_plan's keyword arguments from the CLI's argparse namespace (`gcdoctor plan ...`)."""
-    dev = (getattr(args, "device", None) or "auto").lower()
-    kind = dev.partition(":")[0]
-    if kind == "auto":
-        kind = "cuda"
-    if kind not in M.DEVICE_KINDS:
-        raise UserError(f"--device {dev!r}: expected cpu, cuda, cuda:N, musa or musa:N")
     master = getattr(args, "master_weights", None)
     return {
-        "model": getattr(args, "model", None), "device_memory": args.device_memory,
+        "model": getattr(args, "model", None), "device_memory": getattr(args, "device_memory", None),
         "seq_len": getattr(args, "seq_len", None), "dtype": getattr(args, "dtype", None),
         "optimizer": getattr(args, "optimizer", None), "layers": getattr(args, "layers", None),
-        "gc_modes": getattr(args, "gc", None), "as_json": bool(getattr(args, "json", False)), "device": kind,
+        "gc_modes": getattr(args, "gc", None), "as_json": bool(getattr(args, "json", False)),
+        "device": getattr(args, "device", None) or "auto",
         "master_weights": master in (True, "fp32"), "batch_sizes": getattr(args, "batch_sizes", None),
         # --device as typed: a named card (a hardware preset) also gets the step-time prediction
         "card": getattr(args, "device", None), "launch_us": getattr(args, "launch_us", None),
         "granularity_run": getattr(args, "granularity_run", None),
     }
+
+
+def _device(device: str | None) -> tuple[str, Any]:
+    """(backend kind, preset or None) from --device: cpu, cuda[:N], musa[:N], auto, or a card name."""
+    from gcdoctor import hardware
+    dev = (device or "auto").strip().lower()
+    kind = dev.partition(":")[0]
+    if kind == "auto":
+        return "cuda", None
+    if kind in M.DEVICE_KINDS:
+        return kind, None
+    spec = hardware.preset(dev)  # a one-line error naming the cards otherwise
+    return spec.kind, spec
 
 
 def _batch_list(batch_sizes: Any) -> list[int] | None:
@@ -142,26 +155,30 @@ def run_plan(model: Any = None, device_memory: str | int | None = None, seq_len:
              gc_modes: Any = None, as_json: bool = False, device: str = "cuda", master_weights: bool = False,
              batch_sizes: Any = None, card: str | None = None, launch_us: float | None = None,
              granularity_run: str | None = None) -> tuple[str, dict]:
-    """Predict peak memory vs batch size on a card of `device_memory`; return (text, data).
+    """Predict peak memory vs batch size on a card; return (text, data).
 
-    `model` may also be the CLI's argparse namespace. Defaults are diagnose's: on a device
-    llama3-8b, bf16, seq 4096; on the CPU tiny-llama, fp32, seq 128; AdamW. `text` is the
-    human table (or the JSON text when `as_json`); `data` always holds the same content as a
-    dict, including `max_batch_no_gc` and `max_batch_gc` (0: not even batch 1 fits; None:
-    that mode was not asked for).
+    `device` is cpu, cuda, musa or a card of gcdoctor.hardware.PRESETS (`mtt-s4000`, `h200`, ...),
+    whose memory is used unless `device_memory` is given. `model` may also be the CLI's argparse
+    namespace. Defaults are diagnose's: on a device llama3-8b, bf16, seq 4096; on the CPU
+    tiny-llama, fp32, seq 128; AdamW. `text` is the human table (or the JSON text when
+    `as_json`); `data` always holds the same content as a dict, including `max_batch_no_gc` and
+    `max_batch_gc` (the default caching allocator, a fresh process; 0: not even batch 1 fits;
+    None: that mode was not asked for), `max_batch_by_allocator`, and `fit_options` when
+    checkpointing cannot make batch 1 fit.
     """
     if model is not None and hasattr(model, "device_memory"):
         return run_plan(**_from_args(model))
-    if device not in M.DEVICE_KINDS:
-        raise UserError(f"--device {device!r}: use one of {', '.join(M.DEVICE_KINDS)}")
+    device_arg = device
+    device, preset = _device(device)
     on_cpu = device == "cpu"
     model = model or ("tiny-llama" if on_cpu else "llama3-8b")
     if seq_len is None:
         seq_len = 128 if on_cpu else DEFAULT_SEQ_LEN
     dtype = dtype or ("fp32" if on_cpu else DEFAULT_DTYPE)
     optimizer = optimizer or DEFAULT_OPTIMIZER
-    if device_memory is None:
-        raise UserError("--device-memory is required, e.g. 48GB, 80GiB or 141e9")
+    if device_memory is None and preset is None:
+        raise UserError("--device-memory is required (e.g. 48GB, 80GiB or 141e9), or name a card with --device "
+                        "(e.g. mtt-s4000, h200)")
     if not isinstance(seq_len, int) or seq_len < 1:
         raise UserError(f"--seq-len {seq_len!r}: must be a positive integer")
     if dtype not in M.DTYPE_BYTES:
@@ -169,39 +186,53 @@ def run_plan(model: Any = None, device_memory: str | int | None = None, seq_len:
     if optimizer not in M.OPTIMIZERS:
         raise UserError(f"--optimizer {optimizer!r}: use one of {', '.join(M.OPTIMIZERS)}")
     modes = _modes(gc_modes)
-    capacity = parse_memory(device_memory)
+    capacity = parse_memory(device_memory) if device_memory is not None else preset.capacity_bytes
     spec = load_spec(model, layers)
     Workload = M.Workload
     Workload(1, seq_len, dtype, optimizer, False, device, master_weights).check()
     usable = M.usable_bytes(capacity, device)
     st = M.model_states(spec, dtype, optimizer, device, master_weights)
+    allocators = ("default",) if on_cpu else M.ALLOCATORS
 
     def pred(b: int, mode: str) -> M.Prediction:
         return M.predict(spec, Workload(b, seq_len, dtype, optimizer, mode == "gc", device, master_weights))
 
-    best = {m: M.max_batch(spec, usable, seq_len, dtype, optimizer, m == "gc", device, master_weights)
-            for m in modes}
-    batches = _batch_list(batch_sizes) or _table_batches(best)
+    best_by = {a: {m: M.max_batch_fresh(spec, capacity, seq_len, dtype, optimizer, m == "gc", device, a,
+                                        master_weights=master_weights) for m in modes} for a in allocators}
+    best = best_by["default"]
+    batches = _batch_list(batch_sizes) or _table_batches({f"{a}/{m}": v for a, by in best_by.items()
+                                                          for m, v in by.items()})
     rows = []
     for b in batches:
         for m in modes:
             p = pred(b, m)
-            rows.append({"batch_size": b, "variant": m, "peak_bytes": p.peak_bytes, "peak_phase": p.peak_phase,
-                         "peak_where": p.peak.where, "fits": p.peak_bytes <= usable,
-                         "activations_after_forward_bytes": p.activations_after_forward_bytes})
+            row = {"batch_size": b, "variant": m, "peak_bytes": p.peak_bytes, "peak_phase": p.peak_phase,
+                   "peak_where": p.peak.where, "activations_after_forward_bytes": p.activations_after_forward_bytes}
+            for a in allocators:
+                key = "fits" if a == "default" else f"fits_{a}"
+                if p.peak_bytes > usable:
+                    row[key] = False  # no allocator fits more than it can reserve
+                else:
+                    row[key] = M.fit(spec, Workload(b, seq_len, dtype, optimizer, m == "gc", device, master_weights),
+                                     capacity, a).fits
+            rows.append(row)
     reasons = []
     for m in modes:
-        b = best[m] + 1
+        b = best_by[allocators[-1]][m] + 1
         reasons.append({"variant": m, "batch_size": b, "why": _why_not(pred(b, m), usable)})
     p1 = pred(1, modes[0])
     data: dict[str, Any] = {
         "model": spec.name, "source": spec.source, "n_params": st.n_params, "n_layers": spec.n_layers,
         "seq_len": seq_len, "dtype": dtype, "optimizer": optimizer, "device": device,
+        "card": None if preset is None else {"name": preset.name, "source": preset.source, "notes": preset.notes,
+                                             "bf16_tflops": preset.bf16_tflops,
+                                             "memory_bandwidth_gbs": preset.memory_bandwidth_gbs,
+                                             "pcie_gbs": preset.pcie_gbs},
         "master_weights": master_weights,
         "device_memory_bytes": capacity, "usable_bytes": usable,
-        "margins": {"context_bytes": M.DEVICE_CONTEXT_BYTES if device != "cpu" else 0,
-                    "fragmentation_fraction": M.FRAGMENTATION_FRACTION if device != "cpu" else 0.0,
-                    "calibration": M.MARGIN_CALIBRATION if device != "cpu" else None},
+        "margins": {"context_bytes": M.DEVICE_CONTEXT_BYTES if not on_cpu else 0,
+                    "context_source": M.CONTEXT_SOURCE if not on_cpu else None,
+                    "allocator": None if on_cpu else "replayed for a fresh process (gcdoctor.allocator)"},
         "model_state_bytes": {"params": st.param_bytes, "grads": st.grad_bytes,
                               "optimizer_states": st.optimizer_state_bytes,
                               "master_weights": st.master_weight_bytes, "total": st.total_bytes},
@@ -210,12 +241,19 @@ def run_plan(model: Any = None, device_memory: str | int | None = None, seq_len:
                              * seq_len * spec.n_layers,
                              "loss_block": p1.loss_block_bytes},
         "max_batch_no_gc": best.get("no_gc"), "max_batch_gc": best.get("gc"),
+        "max_batch_by_allocator": best_by,
         "points": rows, "does_not_fit": reasons, "exact": spec.model_type in M.EXACT_TYPES,
+        "fit_options": [],
     }
-    step_lines = _step_time(data, spec, seq_len, dtype, card, launch_us, granularity_run)
+    if not any(best_by[allocators[-1]].values()) and not master_weights:
+        from gcdoctor.facts.serde import to_dict
+        opts = M.fit_options(spec, seq_len, usable, dtype, device)
+        data["fit_options"] = [dict(to_dict(o), fits=o.fits) for o in opts]
+    step_lines = _step_time(data, spec, seq_len, dtype, card or (device_arg if preset is not None else None),
+                            launch_us, granularity_run)
     if as_json:
         return json.dumps(data, indent=1), data
-    return _render(data, modes, batches, rows) + "".join("\n" + line for line in step_lines), data
+    return _render(data, modes, batches, rows, allocators) + "".join("\n" + line for line in step_lines), data
 
 
 def _step_time(data: dict, spec: Any, seq_len: int, dtype: str, card: str | None, launch_us: float | None,
@@ -232,18 +270,23 @@ def _step_time(data: dict, spec: Any, seq_len: int, dtype: str, card: str | None
     return [""] + lines
 
 
-def _render(data: dict, modes: list[str], batches: list[int], rows: list[dict]) -> str:
+_MARK = {(True, True): " ", (False, True): "e", (False, False): "x", (True, False): "d"}
+
+
+def _render(data: dict, modes: list[str], batches: list[int], rows: list[dict], allocators: tuple[str, ...]) -> str:
     ms = data["model_state_bytes"]
     ps = data["per_sample_bytes"]
-    opt = "AdamW" if data["optimizer"] == "adamw" else "SGD"
+    opt = {"adamw": "AdamW", "sgd": "SGD"}.get(data["optimizer"], data["optimizer"])
+    card = data["card"]
+    where = f"{card['name']}: " if card else ""
     lines = [
         f"gcdoctor plan: {data['model']} ({data['n_params'] / 1e9:.2f} B params, {data['n_layers']} layers), "
         f"{data['dtype']}, {opt}{' + fp32 master weights' if data['master_weights'] else ''}, "
         f"seq {data['seq_len']}",
-        f"card {_card(data['device_memory_bytes'])} = {_gib(data['device_memory_bytes'])}; usable "
-        f"{_gib(data['usable_bytes'])} (minus {data['margins']['context_bytes'] // M.MiB} MiB context and "
-        f"{100 * data['margins']['fragmentation_fraction']:.0f}% fragmentation margin"
-        + (f", {data['margins']['calibration']})" if data['margins']['calibration'] else ")"),
+        f"{where}card {_card(data['device_memory_bytes'])} = {_gib(data['device_memory_bytes'])}; the allocator "
+        f"can reserve {_gib(data['usable_bytes'])}"
+        + (f" (minus {data['margins']['context_bytes'] // M.MiB} MiB outside it, {data['margins']['context_source']})"
+           if data["margins"]["context_bytes"] else ""),
         f"model states {_gib(ms['total'])}: params {_gib(ms['params'])} + grads {_gib(ms['grads'])} + "
         f"optimizer {_gib(ms['optimizer_states'] + ms['master_weights'])}",
         f"per sample: activations {_gib(ps['layer_activations'])} without GC, {_gib(ps['checkpoint_residue'])} "
@@ -257,17 +300,33 @@ def _render(data: dict, modes: list[str], batches: list[int], rows: list[dict]) 
         cells = []
         for m in modes:
             r = by[(b, m)]
-            mark = " " if r["fits"] else "x"
+            mark = _MARK[(r["fits"], r.get("fits_expandable", r["fits"]))]
             cells.append(f"  {_gib(r['peak_bytes']):>16} {mark}")
         lines.append(f"{b:>6}" + "".join(cells))
-    lines.append("(x: does not fit; peaks include params, grads, optimizer states and every transient)")
+    if len(allocators) > 1:
+        lines.append("(x: does not fit; e: fits only with expandable_segments:True; d: only with the default "
+                     "allocator; peaks are allocated bytes; fits replay the caching allocator"
+                     + (", assumed the same as CUDA's for MUSA)" if data["device"] == "musa" else ")"))
+    else:
+        lines.append("(x: does not fit; peaks include params, grads, optimizer states and every transient)")
     lines.append("")
-    for m in modes:
-        mb = data[f"max_batch_{m}"]
-        lines.append(f"largest batch {_LABEL[m]:>5}: " + (str(mb) if mb else "none fits"))
+    for a in allocators:
+        label = "" if len(allocators) == 1 else (" (default allocator)" if a == "default" else
+                                                 " (expandable_segments:True)")
+        for m in modes:
+            mb = data["max_batch_by_allocator"][a][m]
+            lines.append(f"largest batch {_LABEL[m]:>5}{label}: " + (str(mb) if mb else "none fits"))
     lines.append("")
     for r in data["does_not_fit"]:
         lines.append(f"{_LABEL[r['variant']]} batch {r['batch_size']}: {r['why']}")
+    if data["fit_options"]:
+        lines += ["", "what would fit (predicted; largest batches from the allocated peak, with GC / without):"]
+        for o in data["fit_options"]:
+            lines.append(f"  {o['label']}: peak {_gib(o['peak_bytes_batch1_gc'])} at batch 1 with GC; largest "
+                         f"batch {o['max_batch_gc'] or 'none'} / {o['max_batch_no_gc'] or 'none'}"
+                         + (f"; {o['host']}" if o["host"] else ""))
+            lines.append(f"      {o['settings']}")
     if not data["exact"]:
         lines.append(f"note: model type of {data['model']} is approximated by a Llama layer")
-    return "\n".join(lines)
+    return "\n".join(textwrap.fill(line, WIDTH, subsequent_indent="      ", break_on_hyphens=False)
+                     if len(line) > WIDTH else line for line in lines)

@@ -116,6 +116,7 @@ class ProbeContext:
         warmup = cfg.warmup_steps if warmup is None else warmup
         steps = cfg.measure_steps if steps is None else steps
         m = Measurement(probe=probe, variant=variant, batch_size=batch_size, seq_len=self.seq_len)
+        b.release_workspaces()
         free_memory(b)
         baseline = m.allocated_before_bytes = b.memory_allocated()
         records: list[StepRecord] = []
@@ -143,6 +144,7 @@ class ProbeContext:
                 raise
             phase = step.phase if step is not None else "setup"
             oom = exc
+            m.oom = b.oom_info(exc, phase)  # while the failed step's tensors are still alive
         finally:
             if step is not None:
                 step.release()
@@ -151,12 +153,15 @@ class ProbeContext:
             m.fits, m.oom_phase = False, phase
             m.error = str(oom).splitlines()[0][:300]
             del oom
-            free_memory(b)
-            after = b.memory_allocated()
-            if baseline is not None and after is not None and after > baseline + (1 << 20):
-                self.log(f"after the OOM at batch {batch_size}, {after - baseline} bytes were not freed", "warning")
         else:
             self._fill(m, records, spec, throughput)
+        b.release_workspaces()
+        free_memory(b)
+        after = m.allocated_after_bytes = b.memory_allocated()
+        if baseline is not None and after is not None and after != baseline:
+            what = "the OOM" if not m.fits else "the measurement"
+            self.log(f"after {what} at batch {batch_size}, {after - baseline:+,} bytes differ from the "
+                     f"{baseline:,} allocated before it", "warning")
         self.bus.emit(MeasurementRecorded(probe, measurement_row(m)))
         return m
 
@@ -266,7 +271,8 @@ class Session:
         self.facts = Facts(environment=self.backend.describe(), settings=RunSettings(
             command=config.command, seq_len=self.resolved.seq_len, dtype=self.resolved.dtype,
             optimizer=config.optimizer, warmup_steps=config.warmup_steps, measure_steps=config.measure_steps,
-            probes=[p.name for p in self.probes], started_at=datetime.now(timezone.utc).isoformat(timespec="seconds")))
+            probes=[p.name for p in self.probes], memory_limit_bytes=config.memory_limit_bytes,
+            started_at=datetime.now(timezone.utc).isoformat(timespec="seconds")))
         s = self.spec
         self.facts.model = ModelInfo(
             name=s.name, source=s.source, architecture=s.model_type, n_layers=s.n_layers, n_layers_full=s.n_layers_full,

@@ -6,12 +6,14 @@ not apply) and `run(ctx)` which fills its section of the facts through the Probe
 from __future__ import annotations
 
 from gcdoctor.errors import UserError
+from gcdoctor.probes.allocator import AllocatorProbe
 from gcdoctor.probes.batch_sweep import SweepProbe
 from gcdoctor.probes.granularity import GranularityProbe
 from gcdoctor.probes.jitter import JitterProbe
 from gcdoctor.probes.offload import OffloadProbe
+from gcdoctor.probes.optimizer import OptimizerProbe
 
-PROBES = [SweepProbe(), GranularityProbe(), OffloadProbe(), JitterProbe()]
+PROBES = [SweepProbe(), AllocatorProbe(), OptimizerProbe(), GranularityProbe(), OffloadProbe(), JitterProbe()]
 
 
 def select_probes(names: list[str] | None, device_kind: str) -> list:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from gcdoctor.engine import Rule
+from gcdoctor.rules.allocator_boundary import AllocatorBoundaryRule
 from gcdoctor.rules.device_starving_cpu import DeviceStarvingCpuRule
 from gcdoctor.rules.gc_unneeded import GcUnneededRule
 from gcdoctor.rules.data_loader_stall import DataLoaderStallRule
@@ -13,6 +14,7 @@ from gcdoctor.rules.loss_jitter import LossJitterRule
 from gcdoctor.rules.model_states_dominate import ModelStatesDominateRule
 from gcdoctor.rules.offload_link_whatif import OffloadLinkWhatIfRule
 from gcdoctor.rules.offload_stall import OffloadStallRule
+from gcdoctor.rules.optimizer_step_peak import OptimizerStepPeakRule
 from gcdoctor.rules.oom_boundary_gain import OomBoundaryGainRule
 from gcdoctor.rules.pcie_saturated_idle import PcieSaturatedIdleRule
 from gcdoctor.rules.prescription import PrescriptionRule
@@ -32,6 +34,8 @@ ALL_RULES: list[Rule] = [
     ModelStatesDominateRule(),
     GcUnneededRule(),
     PrescriptionRule(),
+    OptimizerStepPeakRule(),
+    AllocatorBoundaryRule(),
     RecomputeShareRule(),
     LaunchOverheadBoundRule(),
     LaunchCostHeadroomRule(),

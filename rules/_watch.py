@@ -130,7 +130,7 @@ def memory_headroom(rule: Rule, facts: Facts, t: dict[str, float]) -> Verdict:
           Evidence("memory model's forward/backward peak for this run", gib(mine.fwd_bwd_peak_bytes), "GiB"),
           Evidence("prediction error", err, "%"),
           Evidence("model states (params, grads, optimizer states)", gib(mm.model_state_bytes), "GiB"),
-          Evidence("usable device memory (context and fragmentation margin off)", gib(usable), "GiB")]
+          Evidence("what the allocator can reserve (device memory less the context)", gib(usable), "GiB")]
     if abs(err) > t["max_prediction_error_pct"]:
         return rule.inconclusive(
             f"the memory model predicts a forward/backward peak of {gib(mine.fwd_bwd_peak_bytes):.2f} GiB for this "
@@ -150,7 +150,9 @@ def memory_headroom(rule: Rule, facts: Facts, t: dict[str, float]) -> Verdict:
     if w.recompute is not None and w.recompute.overhead_pct is not None:
         cost = f"; its recomputation adds {w.recompute.overhead_pct:.0f}% to the step"
         ev.append(Evidence("recompute overhead (GC001)", w.recompute.overhead_pct, "%"))
-    if peak_without <= usable:
+    if other.fits is not None:  # the caching allocator replayed for a fresh process (gcdoctor.allocator)
+        ev.append(Evidence("without checkpointing, fits the replayed allocator", "yes" if other.fits else "no"))
+    if peak_without <= usable and other.fits is not False:
         return rule.fired(
             "info", f"Checkpointing may be unneeded: predicted peak without it {gib(peak_without):.1f} of "
             f"{gib(usable):.1f} GiB usable at batch {b}{cost}", ev,

@@ -47,6 +47,19 @@ class OomBoundaryGainRule(Rule):
             m = sweep.get(variant, b) if b else None
             if m is not None and m.tokens_per_s:
                 ev.append(Evidence(f"tokens/s at that batch ({variant})", m.tokens_per_s, "tok/s"))
+            oom = min((x for x in sweep.measurements if x.variant == variant and not x.fits and x.oom is not None
+                       and (b is None or x.batch_size > b)), key=lambda x: x.batch_size, default=None)
+            if oom is not None:
+                o = oom.oom
+                held = "" if o.reserved_unallocated_bytes is None else (
+                    f", {o.reserved_unallocated_bytes / 2**30:.2f} GiB cached but unallocated")
+                ev.append(Evidence(f"first OOM above it ({variant})",
+                                   f"batch {oom.batch_size} in the {o.phase}: {o.kind}, asked for "
+                                   f"{(o.request_bytes or 0) / 2**30:.2f} GiB{held}"))
+            if sweep.search_ooms.get(variant) is not None:
+                ev.append(Evidence(f"search ({variant})", f"{sweep.strategy.get(variant, '?')}, "
+                                   f"{sum(1 for x in sweep.trials if x.variant == variant)} trials, "
+                                   f"{sweep.search_ooms[variant]} OOM"))
         if on is None and off is None:
             return self.fired("critical", "Batch 1 does not fit, with or without checkpointing", ev,
                               "Even one sequence with recomputation runs out of memory: the model states or the "

@@ -17,8 +17,15 @@ def test_facts_hold_a_prediction_per_point_and_the_largest_batches():
     spec = load_spec("llama3-8b")
     mm = M.memory_model_facts(spec, 4096, points=[("no_gc", 1), ("gc", 1), ("gc", 8)], capacity_bytes=H200_BYTES)
     assert [(p.variant, p.batch_size) for p in mm.points] == [("no_gc", 1), ("gc", 1), ("gc", 8)]
-    assert mm.max_batch == {"no_gc": M.max_batch(spec, mm.usable_bytes, 4096),
-                            "gc": M.max_batch(spec, mm.usable_bytes, 4096, gc=True)}
+    assert mm.max_batch_allocated == {"no_gc": M.max_batch(spec, mm.usable_bytes, 4096),
+                                      "gc": M.max_batch(spec, mm.usable_bytes, 4096, gc=True)}
+    assert mm.max_batch == mm.max_batch_by_allocator["default"]
+    for alloc in ("default", "expandable"):
+        for variant, best in mm.max_batch_by_allocator[alloc].items():
+            assert best <= mm.max_batch_allocated[variant]
+            assert M.fit(spec, M.Workload(best, 4096, gc=variant == "gc"), H200_BYTES, alloc).fits
+    assert mm.usable_bytes == H200_BYTES - M.DEVICE_CONTEXT_BYTES and "assumed" in mm.context_source
+    assert all(p.fits is not None and p.fits_expandable is not None for p in mm.points)
     direct = M.predict(spec, M.Workload(8, 4096, gc=True))
     assert mm.predicted_peak("gc", 8) == direct.peak_bytes
     assert mm.get("gc", 8).peak_where == "loss backward"
@@ -62,3 +69,36 @@ def test_activation_saving_pct_is_defined_like_the_measured_one():
     assert mm.predicted_activation_peak("gc", 1) == 250
     assert mm.predicted_activation_saving_pct(1) == 75.0
     assert mm.predicted_activation_saving_pct(2) is None
+
+
+def test_the_context_read_after_the_steps_replaces_the_assumed_one():
+    from types import SimpleNamespace
+    spec = load_spec("llama3-8b")
+    reading = {"v": 300 * M.MiB}  # before any step: the kernels are not loaded yet
+
+    class Backend:
+        kind = "cuda"
+
+        def non_allocator_bytes(self):
+            return reading["v"]
+
+        def total_memory(self):
+            return 150109880320
+
+        def memory_limit(self):
+            return None
+
+    ctx = SimpleNamespace(backend=Backend(), spec=spec, dtype="bf16", seq_len=4096, facts=Facts(),
+                          config=SimpleNamespace(optimizer="adamw", probe_batch=1), probe_spec=lambda: spec)
+    mm = M.memory_model_facts_for(ctx)
+    assert mm.context_bytes == M.DEVICE_CONTEXT_BYTES and "300 MiB measured here before any step" in mm.context_source
+    ctx.facts.memory_model = mm
+    mm.points.append(M.predicted_point_for(spec, mm, "gc", 11))
+    reading["v"] = 780 * M.MiB  # after the steps: within 32 MiB of the default, kept and said
+    assert not M.refresh_context(ctx) and "780 MiB measured after the sweep's steps" in mm.context_source
+    reading["v"] = 4 * 2**30  # another process holds 3 GiB more: predicted again
+    assert M.refresh_context(ctx)
+    new = ctx.facts.memory_model
+    assert new.context_bytes == 4 * 2**30 and new.context_source.startswith("measured on this device after")
+    assert [(p.variant, p.batch_size) for p in new.points] == [("gc", 11)]
+    assert new.max_batch_by_allocator["expandable"]["gc"] < mm.max_batch_by_allocator["expandable"]["gc"]

@@ -1,6 +1,8 @@
 """The batch-sweep probe on the CPU with an injected allocation limit."""
 from __future__ import annotations
 
+import pytest
+
 from gcdoctor.config import RunConfig
 from gcdoctor.facts import Facts
 from gcdoctor.models import build_model, load_spec
@@ -28,16 +30,42 @@ def test_search_finds_the_largest_batch_under_the_limit(micro_llama, tmp_path):
     sweep = s.facts.sweep
     assert sweep.searched
     assert sweep.max_batch == {"no_gc": 5, "gc": expected_gc}
-    # doubling then bisection: 1, 2, 4, 8 (OOM), then 6 (OOM), 5
-    assert [t.batch_size for t in sweep.trials if t.variant == "no_gc"] == [1, 2, 4, 8, 6, 5]
-    assert [t.fits for t in sweep.trials if t.variant == "no_gc"] == [True, True, True, False, False, True]
+    # guided by the memory model (exact on the CPU): the predicted boundary, then its neighbour
+    assert sweep.strategy == {"no_gc": "model-guided", "gc": "model-guided"}
+    assert sweep.predicted_max_batch == {"no_gc": 5, "gc": expected_gc}
+    assert [(t.batch_size, t.fits) for t in sweep.trials if t.variant == "no_gc"] == [(5, True), (6, False)]
+    assert [(t.batch_size, t.fits) for t in sweep.trials if t.variant == "gc"][:2] == [
+        (expected_gc, True), (expected_gc + 1, False)]
+    assert sweep.search_ooms == {"no_gc": 1, "gc": 1}
+    assert [t.oom_kind for t in sweep.trials if not t.fits] == ["capacity", "capacity"]
+    # the equal-batch point of the checkpointed variant is measured for the comparison rules
+    assert sweep.common_batches() == [5]
     # after every OOM, memory went back to the baseline: every trial starts from the model alone
     before = [m.allocated_before_bytes for m in sweep.measurements if m.variant == "no_gc"]
-    assert len(before) == 6 and len(set(before)) == 1
+    assert len(before) == 2 and len(set(before)) == 1
+    assert all(m.allocated_after_bytes == m.allocated_before_bytes for m in sweep.measurements)
     model = build_model(load_spec(micro_llama), "fp32", "cpu")
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())  # RoPE inv_freq
     assert before[0] == sweep.measurements[0].param_bytes + buffers
     assert all(m.oom_phase in ("forward", "backward", "optimizer") for m in sweep.measurements if not m.fits)
+
+
+@pytest.mark.parametrize("guess,trials", [
+    (2, [(2, True), (3, True), (6, False), (4, True), (5, True)]),  # short: double on, then bisect
+    (9, [(9, False), (8, False), (4, True), (6, False), (5, True)]),  # long: below, then bisect
+    (None, [(1, True), (2, True), (4, True), (8, False), (6, False), (5, True)]),  # no model: doubling
+])
+def test_a_wrong_prediction_falls_back_to_doubling_and_bisection(micro_llama, tmp_path, monkeypatch, guess, trials):
+    from gcdoctor.probes.batch_sweep import SweepProbe
+    free = run_sweep(micro_llama, tmp_path / "free", batch_sizes=[5])
+    limit = free.facts.sweep.get("no_gc", 5).peak_allocated_bytes + 1
+    monkeypatch.setattr(SweepProbe, "_prediction", staticmethod(lambda ctx, variant: guess))
+    s = run_sweep(micro_llama, tmp_path / "limited", memory_limit_bytes=limit, max_batch=12)
+    sweep = s.facts.sweep
+    assert [(t.batch_size, t.fits) for t in sweep.trials if t.variant == "no_gc"] == trials
+    assert sweep.max_batch["no_gc"] == 5
+    assert sweep.strategy["no_gc"] == ("model-guided" if guess else "doubling")
+    assert sweep.search_ooms["no_gc"] == sum(1 for _, fits in trials if not fits)
 
 
 def test_checkpointing_lowers_peak_at_equal_batch(micro_llama, tmp_path):

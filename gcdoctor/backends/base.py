@@ -9,7 +9,8 @@ from typing import Any
 import torch
 
 from gcdoctor import hardware
-from gcdoctor.facts import Environment
+from gcdoctor.backends import oom as oom_text
+from gcdoctor.facts import Environment, OomInfo
 
 
 class Backend:
@@ -58,9 +59,35 @@ class Backend:
         return None
 
     def is_oom(self, exc: BaseException) -> bool:
-        if isinstance(exc, torch.OutOfMemoryError):
-            return True
-        return "out of memory" in str(exc).lower() and isinstance(exc, RuntimeError)
+        """Any out-of-memory error, in any backend's spelling (gcdoctor.backends.oom), also when
+        it is the cause or context of the exception that reached us."""
+        return _oom_in_chain(exc) is not None
+
+    def oom_info(self, exc: BaseException, phase: str | None = None) -> OomInfo:
+        """The OOM read and classified. Call it while the failed step's tensors are still alive
+        (in the except block): the allocator's state then is the state at the failure."""
+        cause = _oom_in_chain(exc) or exc
+        text = str(cause)
+        info = OomInfo(spelling=oom_text.spelling(type(cause).__name__, text) or "", phase=phase,
+                       message=text.strip().splitlines()[0][:300] if text.strip() else type(cause).__name__)
+        parsed = oom_text.parse_message(text)
+        for name, value in parsed.items():
+            setattr(info, name, value)
+        info.source = "message" if parsed else ""
+        self._fill_oom(info)
+        if info.reserved_bytes is not None and info.allocated_bytes is not None:
+            info.reserved_unallocated_bytes = max(info.reserved_bytes - info.allocated_bytes, 0)
+        if info.headroom_bytes is None:
+            info.headroom_bytes = oom_text.headroom(info.device_free_bytes, info.allowed_bytes, info.reserved_bytes)
+        info.kind = oom_text.classify(info.request_bytes, info.reserved_unallocated_bytes, info.headroom_bytes)
+        return info
+
+    def _fill_oom(self, info: OomInfo) -> None:
+        """Backends with allocator counters overwrite what the message said with exact bytes."""
+
+    def release_workspaces(self) -> None:
+        """Free library workspaces that live in the allocator between steps (cuBLAS), so memory is
+        exactly back at the model after every measurement."""
 
     def tracking(self):
         """A context inside which allocations are counted (CPU needs one; devices do not)."""
@@ -96,3 +123,17 @@ class Backend:
             env.memory_bandwidth_gbs = spec.memory_bandwidth_gbs
             env.pcie_peak_gbs = hardware.pcie_peak_gbs(spec.pcie_gen, spec.pcie_lanes)
         return env
+
+
+def _oom_in_chain(exc: BaseException) -> BaseException | None:
+    """The first OOM among `exc`, its cause and its context (a few links deep)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen and len(seen) < 8:
+        seen.add(id(cur))
+        if isinstance(cur, (torch.OutOfMemoryError, MemoryError)):
+            return cur
+        if isinstance(cur, RuntimeError) and oom_text.spelling(type(cur).__name__, str(cur)):
+            return cur
+        cur = cur.__cause__ or cur.__context__
+    return None

@@ -15,6 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from gcdoctor.backends.base import Backend
+from gcdoctor.facts import OomInfo
 
 
 class StorageCounter:
@@ -26,24 +27,27 @@ class StorageCounter:
         self.allocated = 0
         self.peak = 0
         self.limit: int | None = None
+        self.last_request = 0  # bytes the op that crossed the limit allocated
         self._lock = threading.Lock()
 
-    def add(self, t: torch.Tensor) -> None:
+    def add(self, t: torch.Tensor) -> int:
+        """Count `t`'s storage if it is new; return the bytes added."""
         if not isinstance(t, torch.Tensor) or t.device.type != "cpu" or t.is_sparse:
-            return
+            return 0
         try:
             st = t.untyped_storage()
         except (RuntimeError, NotImplementedError):
-            return
+            return 0
         n = st.nbytes()
         key = st.data_ptr()
         if n == 0 or key in self.live:
-            return
+            return 0
         with self._lock:
             self.live[key] = n
             self.allocated += n
             self.peak = max(self.peak, self.allocated)
             self.refs[key] = weakref.ref(st, lambda _r, key=key: self._free(key))
+        return n
 
     def _free(self, key: int) -> None:
         with self._lock:
@@ -51,11 +55,12 @@ class StorageCounter:
             self.refs.pop(key, None)
             self.allocated -= n
 
-    def check_limit(self) -> None:
+    def check_limit(self, request: int = 0) -> None:
         if self.limit is not None and self.allocated > self.limit:
+            self.last_request = request
             raise torch.OutOfMemoryError(
                 f"CPU out of memory: gcdoctor allocation limit {self.limit} bytes exceeded "
-                f"({self.allocated} bytes live)")
+                f"({self.allocated} bytes live). Tried to allocate {request} bytes")
 
 
 class _CountingMode(TorchDispatchMode):
@@ -65,10 +70,11 @@ class _CountingMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        added = 0
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):
-                self.counter.add(t)
-        self.counter.check_limit()
+                added += self.counter.add(t)
+        self.counter.check_limit(added)
         return out
 
 
@@ -116,3 +122,19 @@ class CpuBackend(Backend):
     def total_memory(self) -> int | None:
         """The injected limit plays the device's memory; without one the CPU has no such wall."""
         return self._user_limit
+
+    def _fill_oom(self, info: OomInfo) -> None:
+        """No caching allocator: nothing is held back, so an OOM here is capacity. Under the
+        counter's limit the request is the failing op's outputs, and the headroom what the limit
+        left before it; DefaultCPUAllocator's own failures state their request."""
+        import psutil
+        c = self.counter
+        if info.spelling == "caching allocator" and "gcdoctor allocation limit" in info.message:
+            info.request_bytes = c.last_request
+            info.allocated_bytes = c.allocated - c.last_request
+            info.allowed_bytes = c.limit
+            info.headroom_bytes = max((c.limit or 0) - info.allocated_bytes, 0)
+        else:
+            info.allocated_bytes = c.allocated
+            info.headroom_bytes = int(psutil.virtual_memory().available)
+        info.source = "allocator+message" if info.source else "allocator"

@@ -16,7 +16,7 @@ from gcdoctor.facts.memory import MemoryModelFacts
 from gcdoctor.facts.monitor import MonitorFacts
 from gcdoctor.facts.offload import OffloadFacts
 from gcdoctor.facts.serde import from_dict, to_dict
-from gcdoctor.facts.sweep import Measurement, SearchTrial, SweepFacts
+from gcdoctor.facts.sweep import AllocatorFacts, Measurement, OomInfo, OptimizerFacts, SearchTrial, SweepFacts
 from gcdoctor.facts.telemetry import SeriesSummary, TelemetryFacts
 from gcdoctor.facts.trace import RankSummary, TraceMetrics
 from gcdoctor.facts.watch import WatchFacts
@@ -75,6 +75,7 @@ class RunSettings:
     warmup_steps: int = 1
     measure_steps: int = 3
     probes: list[str] = field(default_factory=list)
+    memory_limit_bytes: int | None = None  # --memory-limit: the allocation cap in force, if any
     started_at: str = ""  # ISO time
     finished_at: str | None = None
     wall_s: float | None = None
@@ -106,6 +107,8 @@ class Facts:
     model: ModelInfo | None = None
     sweep: SweepFacts | None = None
     memory_model: MemoryModelFacts | None = None
+    allocator: AllocatorFacts | None = None  # the boundary per allocator, in fresh processes
+    optimizer: OptimizerFacts | None = None  # the optimizer step's peak and the AdamW alternatives
     # metrics of profiled windows, keyed "<probe>/<variant>" or the trace file name
     trace: dict[str, TraceMetrics] = field(default_factory=dict)
     profiler_overhead: list[ProfilerOverhead] = field(default_factory=list)
@@ -187,7 +190,7 @@ class Facts:
 
 
 __all__ = [
-    "Environment", "Facts", "GranularityFacts", "JitterFacts", "Measurement", "MemoryModelFacts",
-    "ModelInfo", "MonitorFacts", "OffloadFacts", "ProfilerOverhead", "RunSettings", "SCHEMA_VERSION", "SearchTrial",
+    "AllocatorFacts", "Environment", "Facts", "GranularityFacts", "JitterFacts", "Measurement", "MemoryModelFacts",
+    "ModelInfo", "MonitorFacts", "OffloadFacts", "OomInfo", "OptimizerFacts", "ProfilerOverhead", "RunSettings", "SCHEMA_VERSION", "SearchTrial",
     "SeriesSummary", "SweepFacts", "TelemetryFacts", "TraceMetrics", "WatchFacts",
 ]

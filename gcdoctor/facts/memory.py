@@ -26,7 +26,32 @@ class PredictedPoint:
     baseline_bytes: int = 0  # allocated at the step start: params, optimizer states, workspaces, batch
     activations_after_forward_bytes: int = 0  # allocated after forward+loss minus the baseline
     peak_breakdown: dict[str, int] = field(default_factory=dict)  # category -> live bytes at the peak
-    fits: bool | None = None  # peak within the usable memory; None when no capacity was given
+    fits: bool | None = None  # fits a fresh process under the default allocator (replayed); None: no capacity
+    fits_expandable: bool | None = None  # the same with expandable_segments:True
+    peak_reserved_bytes: int | None = None  # replayed reserved peak (default allocator), when it fits
+
+
+@dataclass
+class FitOption:
+    """One other home for the model states (gcdoctor.memory.remedy), predicted on this device."""
+
+    key: str = ""  # zero-offload | adamw-8bit | adafactor | sgd | lora | shard
+    label: str = ""
+    settings: str = ""  # how to get it
+    host: str = ""  # host memory it needs, where it needs much
+    n_devices: int = 1  # sharding: over how many devices
+    device_state_bytes: int = 0  # weights, optimizer states and framework buffers resident per device
+    peak_bytes_batch1_gc: int = 0  # predicted peak at batch 1 with layer checkpointing
+    max_batch_gc: int = 0  # predicted largest batch with layer checkpointing (0: none)
+    max_batch_no_gc: int = 0
+    # the offload probe's configuration, predicted, to check the line against its measurement
+    probe_layers: int | None = None
+    probe_batch: int | None = None
+    predicted_probe_peak_bytes: int | None = None
+
+    @property
+    def fits(self) -> bool:
+        return self.max_batch_gc > 0
 
 
 @dataclass
@@ -45,11 +70,21 @@ class MemoryModelFacts:
     layer_activation_bytes_per_token: int = 0  # one decoder layer, no checkpointing
     checkpoint_residue_bytes_per_token: int = 0  # one checkpointed layer (its input)
     loss_block_bytes_per_token: int = 0  # logits + fp32 upcast + log-probs at the loss
-    capacity_bytes: int | None = None  # device memory the predictions were fitted to
-    usable_bytes: int | None = None  # capacity minus context and fragmentation margin
-    max_batch: dict[str, int | None] = field(default_factory=dict)  # predicted; 0 = not even batch 1
+    capacity_bytes: int | None = None  # the device's memory (torch's total_memory) predicted for
+    usable_bytes: int | None = None  # what the caching allocator can reserve: capacity minus the context
+    limit_bytes: int | None = None  # --memory-limit: a cap on reserved bytes, if one was in force
+    context_bytes: int | None = None  # device memory outside the allocator (context, kernels, handles)
+    context_source: str = ""  # "measured ..." or where the assumed value comes from
+    # predicted largest batch, default allocator (a fresh process, replayed); 0 = not even batch 1
+    max_batch: dict[str, int | None] = field(default_factory=dict)
+    # allocator ("default" | "expandable") -> variant -> predicted largest batch of a fresh process
+    max_batch_by_allocator: dict[str, dict[str, int]] = field(default_factory=dict)
+    # variant -> largest batch whose allocated peak fits what the allocator can reserve (no allocator)
+    max_batch_allocated: dict[str, int] = field(default_factory=dict)
     points: list[PredictedPoint] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # when the measured setup does not fit at batch 1: what would, best first (GC004, plan)
+    fit_options: list[FitOption] = field(default_factory=list)
 
     def get(self, variant: str, batch_size: int) -> PredictedPoint | None:
         for p in self.points:

@@ -18,7 +18,19 @@ def _keys(facts: Facts) -> list[Key]:
            Key("ckpt-per-token", "one checkpointed layer, per token", mm.checkpoint_residue_bytes_per_token, "int"),
            Key("loss-per-token", "logits and loss, per token", mm.loss_block_bytes_per_token, "int")]
     if mm.capacity_bytes:
-        out += [Key("capacity", "capacity", mm.capacity_bytes, "bytes"), Key("usable", "usable", mm.usable_bytes, "bytes")]
+        out += [Key("capacity", "capacity", mm.capacity_bytes, "bytes"),
+                Key("usable", "the allocator can reserve", mm.usable_bytes, "bytes")]
+        if mm.context_bytes is not None:
+            out.append(Key("context", f"outside the allocator ({mm.context_source})", mm.context_bytes, "bytes"))
+        if mm.limit_bytes:
+            out.append(Key("limit", "--memory-limit (reserved bytes)", mm.limit_bytes, "bytes"))
+    for alloc, by in (mm.max_batch_by_allocator or {}).items():
+        if alloc == "default":
+            continue
+        for v, b in by.items():
+            out.append(Key(f"predicted-max-{v}-{alloc}", f"largest batch {v}, predicted with {alloc} segments"
+                           if alloc == "expandable" else f"largest batch {v}, predicted ({alloc})",
+                           b if b else "none", "text"))
     for v, b in (mm.max_batch or {}).items():
         measured = s.max_batch.get(v) if s is not None else None
         out.append(Key(f"predicted-max-{v}", f"largest batch {v}, predicted", b if b else "none", "text"))
@@ -36,14 +48,37 @@ def _rows(facts: Facts) -> list[list]:
         measured = m.peak_allocated_bytes if m is not None else None
         err = 100.0 * (p.peak_bytes / measured - 1.0) if measured else None
         rows.append([p.variant, p.batch_size, p.peak_bytes, measured, err, p.peak_where or p.peak_phase,
-                     p.activations_after_forward_bytes, m.activation_after_forward_bytes if m is not None else None])
+                     p.activations_after_forward_bytes, m.activation_after_forward_bytes if m is not None else None,
+                     p.fits, p.fits_expandable, p.peak_reserved_bytes, m.peak_reserved_bytes if m is not None else None])
     return rows
+
+
+def _option_rows(facts: Facts) -> list[list]:
+    return [[o.label, o.n_devices, o.device_state_bytes, o.peak_bytes_batch1_gc, o.max_batch_gc or None,
+             o.max_batch_no_gc or None, o.settings, o.host or None] for o in facts.memory_model.fit_options]
+
+
+OPTION_COLUMNS = [Column("setup", key=True), Column("devices", "int"), Column("states on the device", "bytes"),
+                  Column("peak, batch 1 with GC", "bytes", compare=True), Column("largest batch with GC", "int"),
+                  Column("largest batch without", "int"), Column("how", "text"), Column("host memory", "text")]
+
+
+def _tables(facts: Facts) -> list[Table]:
+    out = [Table("memory-model", COLUMNS, _rows)]
+    if facts.memory_model.fit_options:
+        out.append(Table("fit-options", OPTION_COLUMNS, _option_rows,
+                         title="What would fit: other homes for the model states",
+                         caption="Predicted by the memory model for this device (gcdoctor.memory.remedy); largest "
+                                 "batches from the allocated peak."))
+    return out
 
 
 COLUMNS = [Column("variant", key=True), Column("batch", "int", key=True), Column("predicted peak", "bytes", compare=True),
            Column("measured peak", "bytes", compare=True), Column("error", "pct+", compare=True),
            Column("predicted peak at", "text"), Column("predicted activations after forward", "bytes"),
-           Column("measured activations after forward", "bytes")]
+           Column("measured activations after forward", "bytes"), Column("fits (replayed)", "text"),
+           Column("fits with expandable segments", "text"), Column("predicted reserved", "bytes"),
+           Column("measured reserved", "bytes")]
 
 
 def _breakdown_plot(point) -> str:
@@ -73,5 +108,5 @@ def _lead(facts: Facts) -> str:
 SECTION = Section(
     id="memory-model", title="Analytic memory model: predicted versus measured", facts="memory_model",
     present=lambda f: f.memory_model is not None and getattr(f.memory_model, "points", None) is not None,
-    lead=_lead, keys=_keys, tables=lambda f: [Table("memory-model", COLUMNS, _rows)], plots=_plots,
+    lead=_lead, keys=_keys, tables=_tables, plots=_plots,
     notes=lambda f: list(f.memory_model.notes), topics=("memory",))

@@ -69,6 +69,15 @@ def _keys(facts: Facts) -> list[Key]:
         m = s.get(v, b) if b else None
         if m is not None and m.tokens_per_s:
             out.append(Key(f"tokens-{v}", f"tokens/s at the largest batch, {v}", m.tokens_per_s, "tok/s"))
+    for v, how in s.strategy.items():
+        n = sum(1 for t in s.trials if t.variant == v)
+        guess = s.predicted_max_batch.get(v)
+        text = f"{how}" + (f" from {guess}" if guess else "") + f": {n} trials, {s.search_ooms.get(v, 0)} OOM"
+        if s.search_seconds.get(v) is not None:
+            text += f", {s.search_seconds[v]:.0f} s"
+        out.append(Key(f"search-{v}", f"search, {v}", text, compare=False))
+    if s.wall_s is not None:
+        out.append(Key("sweep-wall", "sweep wall time", s.wall_s, "s"))
     return out
 
 
@@ -83,7 +92,8 @@ def sweep_rows(facts: Facts) -> list[list]:
     rows = []
     for m in sorted(facts.sweep.measurements, key=lambda m: (m.variant != "no_gc", m.batch_size)):
         if not m.fits:
-            rows.append([m.variant, m.batch_size, f"OOM ({m.oom_phase})"] + [None] * 8 + [m.predicted_peak_bytes])
+            kind = f", {m.oom.kind}" if m.oom is not None and m.oom.kind != "unknown" else ""
+            rows.append([m.variant, m.batch_size, f"OOM ({m.oom_phase}{kind})"] + [None] * 8 + [m.predicted_peak_bytes])
             continue
         spread = f"{min(m.step_ms):.1f}–{max(m.step_ms):.1f}" if m.step_ms else None
         rows.append([m.variant, m.batch_size, "fits", m.step_ms_median, spread, m.tokens_per_s, m.mfu,
@@ -99,7 +109,26 @@ def _phase_rows(facts: Facts) -> list[list]:
 
 
 def _trial_rows(facts: Facts) -> list[list]:
-    return [[t.variant, t.batch_size, t.fits, t.peak_allocated_bytes, t.oom_phase] for t in facts.sweep.trials]
+    return [[t.variant, t.batch_size, t.fits, t.peak_allocated_bytes, t.oom_phase, t.oom_kind, t.seconds]
+            for t in facts.sweep.trials]
+
+
+def _oom_rows(facts: Facts) -> list[list]:
+    """Each OOM read and classified (gcdoctor.backends.oom)."""
+    return [[m.variant, m.batch_size, m.oom.phase, m.oom.kind, m.oom.request_bytes, m.oom.allocated_bytes,
+             m.oom.reserved_unallocated_bytes, m.oom.headroom_bytes, m.oom.spelling]
+            for m in sorted(facts.sweep.measurements, key=lambda m: (m.variant != "no_gc", m.batch_size))
+            if not m.fits and m.oom is not None]
+
+
+def _snapshot_rows(facts: Facts) -> list[list]:
+    snap = facts.sweep.snapshot
+    total = sum(snap.by_kind_bytes.values()) or 1
+    return [[k, v, 100.0 * v / total] for k, v in sorted(snap.by_kind_bytes.items(), key=lambda kv: -kv[1])]
+
+
+def _largest_rows(facts: Facts) -> list[list]:
+    return [[i + 1, t.bytes, t.kind, t.frame] for i, t in enumerate(facts.sweep.snapshot.largest)]
 
 
 def _tables(facts: Facts) -> list[Table]:
@@ -112,9 +141,25 @@ def _tables(facts: Facts) -> list[Table]:
                          Column("activations after forward", "bytes")], _phase_rows,
               title="Phases and model states per measurement", fold=True),
         Table("trials", [Column("variant", key=True), Column("batch", "int", key=True), Column("fits", "text"),
-                         Column("peak allocated", "bytes"), Column("OOM phase", "text")], _trial_rows,
+                         Column("peak allocated", "bytes"), Column("OOM phase", "text"), Column("OOM kind", "text"),
+                         Column("seconds", "s")], _trial_rows,
               title=f"Batch search: {len(facts.sweep.trials)} trials", fold=True),
-    ]
+    ] + ([Table("ooms", [Column("variant", key=True), Column("batch", "int", key=True), Column("phase", "text"),
+                         Column("kind", "text"), Column("request", "bytes"), Column("allocated", "bytes"),
+                         Column("cached, unallocated", "bytes"), Column("device could still give", "bytes"),
+                         Column("spelling", "text")], _oom_rows,
+                title="Out-of-memory errors, read from the allocator at the failure",
+                caption="fragmentation: the cached free bytes held the request, not in one block; mixed: cache and "
+                        "free device memory together held it; capacity: allocated plus the request exceed what the "
+                        "process can have.")] if any(not m.fits and m.oom for m in facts.sweep.measurements) else []
+    ) + ([Table("snapshot", [Column("kind", key=True), Column("live at the peak", "bytes", compare=True),
+                              Column("share", "pct")], _snapshot_rows,
+                title=f"Memory snapshot: what is alive at the peak ({facts.sweep.snapshot.variant}, batch "
+                      f"{facts.sweep.snapshot.batch_size})",
+                caption=f"{facts.sweep.snapshot.path}: open at pytorch.org/memory_viz."),
+          Table("snapshot-largest", [Column("#", "int", key=True), Column("bytes", "bytes"), Column("kind", "text"),
+                                     Column("allocated at", "text")], _largest_rows,
+                title="Largest tensors alive at the peak", fold=True)] if facts.sweep.snapshot else [])
 
 
 def memory_limit(facts: Facts, run_dir: Path | None) -> tuple[int, str] | None:

@@ -1,0 +1,96 @@
+"""GC008 optimizer-step-peak."""
+from __future__ import annotations
+
+from gcdoctor.engine import Evidence, Rule
+from gcdoctor.facts import Facts
+from gcdoctor.rules._sweep import gib
+
+LABEL = {"adamw": "foreach AdamW", "adamw-forloop": "AdamW(foreach=False)", "adamw-fused": "AdamW(fused=True)"}
+SETTING = {"adamw-forloop": "torch.optim.AdamW(params, foreach=False)",
+           "adamw-fused": "torch.optim.AdamW(params, fused=True)"}
+
+
+class OptimizerStepPeakRule(Rule):
+    """What it checks:
+    Whether the training step's memory peak, with layer checkpointing at the batch you train
+    (--target-batch, else the probe batch), is the optimizer step's rather than the forward's or
+    the backward's, and what the other AdamW implementations, measured at that batch, make of it:
+    peak and step time of foreach=False and fused=True against the default (foreach).
+
+    Why it matters:
+    Checkpointing only shrinks what the forward saves for the backward. torch's default AdamW
+    (foreach) makes one parameter-sized temporary per parameter (`_foreach_sqrt`) while the
+    gradients are alive: 2 bytes per parameter in bf16, 15 GiB for an 8B model. When that is the
+    peak, no checkpointing granularity lowers it, and a largest batch or a card that does not fit
+    is the optimizer's doing.
+
+    Evidence:
+    Peak of the step and of its optimizer phase, and step time, for each AdamW implementation
+    measured; the forward/backward peak; the memory model's predicted peak for each.
+
+    How to fix:
+    Use the implementation that lowers the peak at an acceptable step time: fused=True has no
+    temporaries (and is usually the fastest on CUDA); foreach=False keeps one parameter's at a
+    time (usually slower). Or shard the optimizer states (ZeRO-1/FSDP) so each device steps a part.
+    """
+
+    code = "GC008"
+    slug = "optimizer-step-peak"
+    title = "Optimizer step peak"
+    requires = ("optimizer.measurements",)
+    topic = "optimizer"
+    defaults = {
+        # a saving below 5% of the peak is not worth a change of optimizer implementation
+        "min_saving_pct": 5.0,
+        # an alternative that slows the step by more than this is not recommended (fused usually
+        # speeds it up; foreach=False usually costs a few percent)
+        "max_slowdown_pct": 10.0,
+    }
+
+    def check(self, facts: Facts, t: dict[str, float]):
+        opt = facts.optimizer
+        base = opt.get("adamw")
+        if base is None:
+            return self.inconclusive(f"foreach AdamW did not complete a step at batch {opt.batch_size}")
+        fb, op = base.peak_fwd_bwd_allocated_bytes, base.peak_optimizer_allocated_bytes
+        b = opt.batch_size
+        ev = [Evidence("batch (with layer checkpointing)", b),
+              Evidence("forward/backward peak", gib(fb), "GiB"), Evidence("optimizer-step peak (foreach)", gib(op), "GiB")]
+        if base.peak_phase != "optimizer step":
+            return self.passed(f"At batch {b} the step peaks in the forward/backward ({gib(fb):.1f} GiB), not the "
+                               f"optimizer step ({gib(op):.1f} GiB)", ev)
+        best = None
+        for name in ("adamw-fused", "adamw-forloop"):
+            m = opt.get(name)
+            if m is None:
+                if name in opt.skipped:
+                    ev.append(Evidence(f"{LABEL[name]}", f"not measured: {opt.skipped[name]}"))
+                continue
+            saving = 100.0 * (1 - m.peak_allocated_bytes / base.peak_allocated_bytes)
+            dt = 100.0 * (m.step_ms_median / base.step_ms_median - 1) if m.step_ms_median and base.step_ms_median else None
+            ev.append(Evidence(f"{LABEL[name]}: peak", gib(m.peak_allocated_bytes), "GiB"))
+            ev.append(Evidence(f"{LABEL[name]}: peak change", -saving, "%"))
+            if dt is not None:
+                ev.append(Evidence(f"{LABEL[name]}: step time change", dt, "%"))
+            if saving >= t["min_saving_pct"] and (dt is None or dt <= t["max_slowdown_pct"]):
+                if best is None or m.peak_allocated_bytes < best[1].peak_allocated_bytes:
+                    best = (name, m, saving, dt)
+        for name, p in opt.predicted_peak_bytes.items():
+            ev.append(Evidence(f"predicted peak, {LABEL.get(name, name)}", gib(p), "GiB"))
+        ev.append(Evidence("step time (foreach)", base.step_ms_median, "ms"))
+        head = (f"At batch {b} the step's peak is the optimizer step ({gib(base.peak_allocated_bytes):.1f} GiB, "
+                f"forward/backward {gib(fb):.1f} GiB): checkpointing cannot lower it")
+        why = ("foreach AdamW makes one parameter-sized temporary per parameter (torch._foreach_sqrt) while the "
+               "gradients are alive; recomputation only shrinks what the forward saves.")
+        if best is None:
+            return self.fired("info", head, ev, why,
+                              "No measured AdamW implementation lowers it enough at an acceptable step time; shard "
+                              "the optimizer states (ZeRO-1/FSDP) or offload them if the peak is what limits you.",
+                              line=f"optimizer step is the peak at batch {b}: checkpointing cannot lower it")
+        name, m, saving, dt = best
+        cost = "" if dt is None else f", step {dt:+.0f}%"
+        return self.fired(
+            "warning", f"{head}; {LABEL[name]} peaks at {gib(m.peak_allocated_bytes):.1f} GiB (-{saving:.0f}%{cost})",
+            ev, why, f"Use {SETTING[name]}: {gib(base.peak_allocated_bytes - m.peak_allocated_bytes):.1f} GiB lower "
+                     f"peak at batch {b}{cost.replace(', step', ', step time')}.",
+            line=f"optimizer step is the peak at batch {b}: {LABEL[name]} -{saving:.0f}%{cost}")
