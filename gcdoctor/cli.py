@@ -69,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exit 1 if a configuration verdict of this severity or worse fired")
     d.add_argument("--fail-on-experiments", action="store_true",
                    help="with --fail-on, count the probes' experiment verdicts too")
+    d.add_argument("--nproc", type=_positive_int,
+                   help="run on N ranks of this host, one per device (FSDP2; under torchrun the ranks are found)")
+    d.add_argument("--shard", choices=["fsdp2", "zero3"], help="several ranks: how the sweep shards (default fsdp2)")
+    d.add_argument("--no-reshard", action="store_true",
+                   help="several ranks, FSDP2: reshard_after_forward=False (keep gathered parameters for backward)")
+    d.add_argument("--checkpoint-impl", choices=["transformers", "checkpoint_wrapper"],
+                   help="several ranks, FSDP2: transformers' layer checkpointing (default) or checkpoint_wrapper")
     d.add_argument("-v", "--verbose", action="store_true")
 
     a = sub.add_parser("analyze", help="re-judge a recorded run directory or a profiler trace file")
@@ -92,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--batch-sizes", help="batch sizes to tabulate (default: powers of two up to the max)")
     pl.add_argument("--master-weights", choices=["none", "fp32"], default="none",
                     help="fp32 master weights and optimizer states (mixed precision)")
+    pl.add_argument("--shard", type=_positive_int, help="also predict one rank of N with the states sharded (FSDP2)")
+    pl.add_argument("--no-reshard", action="store_true", help="with --shard: parameters kept gathered for backward")
     pl.add_argument("--json", action="store_true", help="print JSON")
     pl.add_argument("--launch-us", type=float, metavar="N",
                     help="the card's launch cost for the step-time prediction (measured by diagnose --probes granularity)")
@@ -146,7 +155,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     simple = {"model": "model", "layers": "layers", "device": "device", "dtype": "dtype", "seq_len": "seq_len",
               "optimizer": "optimizer", "max_batch": "max_batch", "target_batch": "target_batch",
               "steps": "measure_steps", "warmup": "warmup_steps", "probe_layers": "probe_layers",
-              "probe_batch": "probe_batch", "telemetry_hz": "telemetry_hz", "out": "out", "seed": "seed"}
+              "probe_batch": "probe_batch", "telemetry_hz": "telemetry_hz", "out": "out", "seed": "seed",
+              "nproc": "nproc", "shard": "shard", "checkpoint_impl": "checkpoint_impl"}
     for arg, field in simple.items():
         v = getattr(args, arg, None)
         if v is not None:
@@ -163,6 +173,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         cfg.emulate_launch_us = args.emulate_launch_us
     if cfg.emulate_launch_us is not None and not 0 <= cfg.emulate_launch_us <= 100_000:
         raise UserError(f"--emulate-launch-us {cfg.emulate_launch_us:g}: use 0 to 100000 microseconds")
+    if getattr(args, "no_reshard", False):
+        cfg.reshard_after_forward = False
     if cfg.telemetry_hz <= 0 or cfg.telemetry_hz > 1000:
         raise UserError(f"--telemetry-hz {cfg.telemetry_hz}: use a rate between 0 and 1000 Hz")
     if isinstance(cfg.memory_limit_bytes, str):
@@ -182,9 +194,19 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     from gcdoctor.session import Session
 
     cfg = config_from_args(args)
+    from gcdoctor.distributed import LAUNCH_KEY
+    if cfg.nproc is not None and not os.environ.get(LAUNCH_KEY):  # start the ranks (a config file's nproc
+        # reaches the workers too: they are the ranks it asked for)
+        from gcdoctor import distributed
+        from gcdoctor.rundir import default_run_dir
+        return distributed.spawn(cfg.nproc, args.argv[args.argv.index("diagnose") + 1:],
+                                 cfg.out or str(default_run_dir("diagnose", cfg.model)))
     bus = EventBus()
     session = Session(cfg, bus)
-    use_tui = cfg.tui is not False and sys.stdout.isatty() and sys.stdin.isatty()
+    if session.dist is not None and not session.dist.is_main:  # rank 0 speaks for every rank
+        session.run()
+        return 130 if session.facts.settings.interrupted else 0
+    use_tui = cfg.tui is not False and sys.stdout.isatty() and sys.stdin.isatty() and session.dist is None
     if use_tui:
         try:
             from gcdoctor.tui import run_diagnose_app
@@ -326,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)
         if args.version:
             from gcdoctor import __version__
             print(f"gcdoctor {__version__}")
@@ -336,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _sigterm)
         return COMMANDS[args.command](args)
     except UserError as exc:
-        print(f"gcdoctor: error: {exc}", file=sys.stderr)
+        if os.environ.get("RANK", "0") == "0":  # under a distributed launch rank 0 says it once
+            print(f"gcdoctor: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("gcdoctor: interrupted", file=sys.stderr)

@@ -50,6 +50,11 @@ class RunConfig:
     out: str | None = None
     tui: bool | None = None  # None: on when stdout is a terminal
     thresholds: dict[str, dict[str, float]] = field(default_factory=dict)
+    # several ranks (--nproc N, or a launch under torchrun): how the sweep shards the model
+    nproc: int | None = None  # diagnose starts this many ranks on this host
+    shard: str = "fsdp2"  # fsdp2 | zero3
+    reshard_after_forward: bool = True  # FSDP2's setting (free gathered parameters after each unit's forward)
+    checkpoint_impl: str = "transformers"  # under FSDP2: transformers (outside each unit) | checkpoint_wrapper
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -138,6 +138,7 @@ def _from_args(args: Any) -> dict[str, Any]:
         # --device as typed: a named card (a hardware preset) also gets the step-time prediction
         "card": getattr(args, "device", None), "launch_us": getattr(args, "launch_us", None),
         "granularity_run": getattr(args, "granularity_run", None),
+        "shard": getattr(args, "shard", None), "reshard_after_forward": not getattr(args, "no_reshard", False),
     }
 
 
@@ -158,7 +159,8 @@ def run_plan(model: Any = None, device_memory: str | int | None = None, seq_len:
              dtype: str | None = None, optimizer: str | None = None, layers: int | None = None,
              gc_modes: Any = None, as_json: bool = False, device: str = "cuda", master_weights: bool = False,
              batch_sizes: Any = None, card: str | None = None, launch_us: float | None = None,
-             granularity_run: str | None = None) -> tuple[str, dict]:
+             granularity_run: str | None = None, shard: int | None = None,
+             reshard_after_forward: bool = True) -> tuple[str, dict]:
     """Predict peak memory vs batch size on a card of `device_memory`; return (text, data).
 
     `model` may also be the CLI's argparse namespace. Defaults are diagnose's: on a device
@@ -230,9 +232,19 @@ def run_plan(model: Any = None, device_memory: str | int | None = None, seq_len:
         "points": rows, "does_not_fit": reasons, "exact": spec.model_type in M.EXACT_TYPES,
     }
     step_lines = _step_time(data, spec, seq_len, dtype, card, launch_us, granularity_run)
+    if shard is not None:  # states sharded over N devices: a rank's view (gcdoctor.sharding)
+        from gcdoctor import sharding
+        if shard < 1:
+            raise UserError(f"--shard {shard}: the number of devices must be positive")
+        data["sharded"] = sharding.plan_section(spec, usable, seq_len, dtype, optimizer, device, master_weights,
+                                                shard, reshard_after_forward, modes, batches)
     if as_json:
         return json.dumps(data, indent=1), data
-    return _render(data, modes, batches, rows) + "".join("\n" + line for line in step_lines), data
+    text = _render(data, modes, batches, rows)
+    if shard is not None:
+        from gcdoctor import sharding
+        text += "\n" + "\n".join(sharding.render_plan(data["sharded"], modes, _LABEL))
+    return text + "".join("\n" + line for line in step_lines), data
 
 
 def _step_time(data: dict, spec: Any, seq_len: int, dtype: str, card: str | None, launch_us: float | None,

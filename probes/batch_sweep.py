@@ -29,14 +29,11 @@ class SweepProbe:
         compare_batch: int | None = None
         for variant in VARIANTS:
             ctx.check_stop()
-            model = ctx.build_model()
-            if variant == "gc":
-                facts.gc_api = enable_layer_checkpointing(model)
+            model, make_step = self._steps(ctx, variant, facts)
 
             def measure(batch: int, profile: bool = False, search: bool = True) -> Measurement:
-                m = ctx.measure(self.name, variant, lambda: TrainingStep(
-                    model, ctx.backend, batch, ctx.seq_len, cfg.optimizer, cfg.seed), batch,
-                    profile_key=f"sweep/{variant}" if profile else None, search=search)
+                m = ctx.measure(self.name, variant, lambda: make_step(batch), batch,
+                                profile_key=f"sweep/{variant}" if profile else None, search=search)
                 facts.measurements.append(m)
                 facts.trials.append(SearchTrial(variant, batch, m.fits, m.peak_allocated_bytes, m.oom_phase))
                 self._predict(ctx, m, variant)
@@ -62,12 +59,35 @@ class SweepProbe:
             if target and cfg.profile:
                 ctx.progress(self.name, variant, target, message="profiling")
                 # the extra measurement only feeds the trace and the profiler overhead
-                ctx.measure(self.name, variant, lambda: TrainingStep(
-                    model, ctx.backend, target, ctx.seq_len, cfg.optimizer, cfg.seed), target,
-                    profile_key=f"sweep/{variant}", warmup=1, steps=2)
+                ctx.measure(self.name, variant, lambda: make_step(target), target,
+                            profile_key=f"sweep/{variant}", warmup=1, steps=2)
             del model
             free_memory(ctx.backend)
             ctx.save()
+
+    @staticmethod
+    def _steps(ctx, variant: str, facts: SweepFacts):
+        """(model, batch -> TrainingStep). One process: one model per variant, reused at every batch.
+        Several ranks: a freshly built model per measurement, sharded as the user's setup says
+        (probes/_sharding.py), since a sharded model that raised mid-step is not reused."""
+        cfg = ctx.config
+        if ctx.dist is not None:
+            from gcdoctor.probes._sharding import Sharding, sharded_step_factory
+            sharding = Sharding(cfg.shard, cfg.reshard_after_forward, cfg.checkpoint_impl)
+            info: dict = {}
+            make = sharded_step_factory(ctx, sharding, variant == "gc", info=info)
+
+            def step(batch: int) -> TrainingStep:
+                st = make(batch)
+                ctx.facts.distributed.applied[variant] = info.get("applied", "")
+                if variant == "gc":
+                    facts.gc_api = info.get("applied", "")
+                return st
+            return None, step
+        model = ctx.build_model()
+        if variant == "gc":
+            facts.gc_api = enable_layer_checkpointing(model)
+        return model, lambda batch: TrainingStep(model, ctx.backend, batch, ctx.seq_len, cfg.optimizer, cfg.seed)
 
     def _search(self, ctx, variant: str, measure, facts: SweepFacts) -> int | None:
         """Double until OOM (or --max-batch), then bisect between the last fit and the first OOM."""
@@ -110,6 +130,12 @@ class SweepProbe:
     @staticmethod
     def _predict(ctx, m: Measurement, variant: str) -> None:
         """Store the analytic model's prediction beside the measurement (issue 11)."""
+        if ctx.dist is not None:
+            # the memory model predicts one unsharded device: a rank's peak is `plan --shard N`'s
+            ctx.facts.unavailable.setdefault(
+                "memory_model", f"a sharded run ({ctx.config.shard} over {ctx.dist.world_size} ranks): the memory "
+                "model predicts one unsharded device (gcdoctor plan --shard N predicts a rank's states)")
+            return
         try:
             from gcdoctor import memory
         except ImportError:

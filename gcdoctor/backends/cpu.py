@@ -33,17 +33,32 @@ class StorageCounter:
             return
         try:
             st = t.untyped_storage()
-        except (RuntimeError, NotImplementedError):
+            n = st.nbytes()
+            key = st._cdata  # the storage itself: stable when it is resized in place (FSDP2 does)
+        except (RuntimeError, NotImplementedError, AttributeError):  # no storage, or an invalid one
             return
-        n = st.nbytes()
-        key = st.data_ptr()
-        if n == 0 or key in self.live:
+        if key in self.live:
+            if self.live[key] != n:
+                self._resize(key, n)
+            return
+        if n == 0:
             return
         with self._lock:
             self.live[key] = n
             self.allocated += n
             self.peak = max(self.peak, self.allocated)
             self.refs[key] = weakref.ref(st, lambda _r, key=key: self._free(key))
+
+    def resized(self, t: torch.Tensor) -> None:
+        """A tracked storage changed size in place (`untyped_storage().resize_`, which no dispatch mode
+        sees): FSDP2 frees and re-allocates gathered parameters that way. Callers that resize say so."""
+        self.add(t)
+
+    def _resize(self, key: int, n: int) -> None:
+        with self._lock:
+            self.allocated += n - self.live[key]
+            self.live[key] = n
+            self.peak = max(self.peak, self.allocated)
 
     def _free(self, key: int) -> None:
         with self._lock:
