@@ -19,6 +19,7 @@ its forward to its backward: the whole model's parameters, plus one unit's gradi
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 from typing import Any
 
@@ -194,8 +195,8 @@ def plan_section(spec: Any, usable: int, seq_len: int, dtype: str, optimizer: st
                                  "master_weights": sh.master_weight_bytes, "total": sh.total_bytes},
         "gathered_bytes": sh.gathered_bytes, "unit_bytes": sh.unit_bytes,
         "max_batch_per_rank": best, "points": points,
-        "method": "the unsharded timeline's peak of each phase with its states scaled to a rank's shards, plus the "
-                  "gathered units (first order: the timeline is not replayed with sharded states)",
+        "method": "each phase's unsharded peak with its states scaled to a rank's shards, plus the gathered "
+                  "units (first order: the timeline is not replayed with sharded states)",
     }
 
 
@@ -204,10 +205,11 @@ def render_plan(sec: dict[str, Any], modes: list[str], label: dict[str, str]) ->
     n = sec["world_size"]
     how = "FSDP2" if sec["strategy"] == FSDP2 else "ZeRO-3"
     keep = "" if sec["reshard_after_forward"] else ", parameters kept gathered from forward to backward"
-    lines = ["", f"sharded over {n} devices ({how}{keep}), per rank:",
-             f"  model states {_size(st['total'])}: params {_size(st['params'])} + grads {_size(st['grads'])} + "
-             f"optimizer {_size(st['optimizer_states'] + st['master_weights'])}; gathered parameters up to "
-             f"{_size(sec['gathered_bytes'])} at once"]
+    lines = ["", *textwrap.wrap(f"sharded over {n} devices ({how}{keep}), per rank:", 80)]
+    lines += textwrap.wrap(f"model states {_size(st['total'])}: params {_size(st['params'])} + grads "
+                           f"{_size(st['grads'])} + optimizer {_size(st['optimizer_states'] + st['master_weights'])}; "
+                           f"gathered parameters up to {_size(sec['gathered_bytes'])} at once", 80,
+                           initial_indent="  ", subsequent_indent="  ")
     by = {(p["batch_size"], p["variant"]): p for p in sec["points"]}
     batches = sorted({p["batch_size"] for p in sec["points"]})
     lines.append(f"{'batch/rank':>10}" + "".join(f"  {('peak ' + label[m]):>18}" for m in modes))
@@ -218,5 +220,5 @@ def render_plan(sec: dict[str, Any], modes: list[str], label: dict[str, str]) ->
     for m in modes:
         mb = sec["max_batch_per_rank"][m]
         lines.append(f"largest batch per rank {label[m]:>5}: " + (str(mb) if mb else "none fits"))
-    lines.append(f"({sec['method']})")
+    lines += textwrap.wrap(f"({sec['method']})", 80)
     return lines

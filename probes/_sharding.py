@@ -198,7 +198,7 @@ def zero3_engine(deepspeed: Any, model: Any, config: dict[str, Any], gc: bool) -
     from gcdoctor.probes import _deepspeed
     applied = "no checkpointing"
     if gc:
-        _deepspeed.configure_cpu_checkpointing(deepspeed, {"activation_checkpointing": {
+        _deepspeed.configure_cpu_checkpointing(deepspeed, {**_batch(config), "activation_checkpointing": {
             "partition_activations": False, "cpu_checkpointing": False, "contiguous_memory_optimization": False,
             "number_checkpoints": None, "synchronize_checkpoint_boundary": False, "profile": False}})
         applied = _deepspeed.route_checkpointing(model, deepspeed)
@@ -226,6 +226,10 @@ def load_deepspeed(device_kind: str) -> tuple[Any, str | None]:
     except Exception as exc:  # noqa: BLE001 - a broken install or an unknown accelerator: a reason
         return None, f"deepspeed could not join the process group ({type(exc).__name__}: {exc})"
     return ds, None
+
+
+def _batch(config: dict[str, Any]) -> dict[str, Any]:
+    return {"train_micro_batch_size_per_gpu": config["train_micro_batch_size_per_gpu"]}
 
 
 def destroy_engine(engine: Any) -> None:

@@ -67,7 +67,7 @@ def title_of(facts: Facts) -> str:
     device = e.device_name or e.device_kind or 'an unknown device'
     d = facts.distributed
     if d is not None:  # a sharded run: every rank's device
-        device = f"{d.world_size} x {device} ({ {'zero3': 'ZeRO-3'}.get(d.strategy, d.strategy.upper())})"
+        device = f"{d.world_size}x {device} { {'zero3': 'ZeRO-3'}.get(d.strategy, d.strategy.upper())}"
     parts = [f"{what} on {device}"]
     if m is not None and st.seq_len:
         parts.append(f"seq {st.seq_len}")
