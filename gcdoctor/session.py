@@ -142,7 +142,8 @@ class ProbeContext:
                 m.param_bytes, m.grad_bytes, m.optimizer_state_bytes = step.state_bytes()
             else:
                 m.param_bytes = tensor_bytes(step.model.parameters())
-                m.grad_bytes = sum(p.numel() * p.element_size() for p in step.model.parameters() if p.requires_grad)
+                m.grad_bytes = sum(getattr(p, "_local_tensor", p).numel() * p.element_size()
+                                   for p in step.model.parameters() if p.requires_grad)
                 m.optimizer_state_bytes = optimizer_state_bytes(step.optimizer) if step.optimizer is not None else 0
             if profile_key and cfg.profile:
                 self._profile(step, profile_key, variant, batch_size, records)
@@ -287,6 +288,8 @@ class Session:
         if self.dist is not None:
             self.facts.distributed = self.dist.facts(self.backend, self.facts.environment)
             self.dist.configure(self.facts.distributed, config)
+            if not config.profile:
+                self.facts.unavailable["distributed.comm"] = "--no-profile: no traces, so no collectives were counted"
         s = self.spec
         self.facts.model = ModelInfo(
             name=s.name, source=s.source, architecture=s.model_type, n_layers=s.n_layers, n_layers_full=s.n_layers_full,

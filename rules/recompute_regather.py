@@ -21,7 +21,8 @@ class RecomputeRegatherRule(Rule):
     Whether checkpointing makes the sharded model gather its parameters more often: the
     parameter all-gathers per step with checkpointing against the same sharding without it, counted
     on every rank from the collectives the host issued, and how many of them the recompute itself
-    issued. For the user's setup (the sweep) and for each checkpointed variant of the sharding probe.
+    issued. For the user's setup (the sweep), each checkpointed variant of the sharding probe, and
+    each granularity of the granularity probe's sharded model against no checkpointing.
 
     Why it matters:
     A checkpointed layer is run again inside backward. If its parameters were resharded after its
@@ -58,6 +59,9 @@ class RecomputeRegatherRule(Rule):
     def check(self, facts: Facts, t: dict[str, float]):
         d = facts.distributed
         pairs = [("sweep/gc", "sweep/no_gc", CONFIGURATION)] + [(a, b, EXPERIMENT) for a, b in PROBE_PAIRS]
+        # the granularity probe on a sharded model: each checkpointing granularity against none
+        pairs += [(k, "granularity/model/none", EXPERIMENT) for k in sorted({c.key for c in d.comm})
+                  if k.startswith("granularity/model/") and k != "granularity/model/none"]
         out = []
         for on, off, scope in pairs:
             a, b = d.comm_of(on), d.comm_of(off)
@@ -83,6 +87,11 @@ class RecomputeRegatherRule(Rule):
         where = dict(subject=on, scope=scope)
         if scope == CONFIGURATION:
             ev.insert(0, Evidence("setup", setup(d)))
+        if not g_on and not g_off:
+            v = self.inconclusive(f"{on}: no parameter all-gather with or without checkpointing" + (
+                " (world size 1: FSDP2 and ZeRO-3 gather nothing)" if d.world_size == 1 else ""), **where)
+            v.evidence = ev
+            return v
         if extra > t["max_extra_gathers_per_step"]:
             line = f"checkpointing adds {per_step(extra)} all-gathers per step ({on})"
             return self.fired(

@@ -82,6 +82,10 @@ class ShardedStatesRule(Rule):
                 "fully_shard(model)); with ZeRO-3, lower stage3_param_persistence_threshold.",
                 line=f"rank {top.rank} holds {excess:.0f} % more parameters than 1/{n}: part is not sharded")
         peak = f", peak {size(max(peaks))}" if peaks else ""
+        if n == 1:
+            return self.passed(f"One rank holds the whole model: {size(max(states))} of model states (world size 1: "
+                               f"nothing to shard){peak.replace(', peak', '; peak')} at batch {batch}", ev,
+                               line=f"world size 1: {size(max(states))} of states{peak} at batch {batch}")
         return self.passed(
             f"Model states are sharded {n} ways: {size(max(states))} per rank ({size(top.param_bytes)} of "
             f"parameters, 1/{n} of {size(full)}){peak.replace(', peak', '; peak')} at batch {batch}", ev,

@@ -1,5 +1,6 @@
-"""`gcdoctor diagnose` under torchrun on the CPU: 2 processes, gloo, FSDP2. One real run (a 2-layer,
-64-wide Llama, one batch, one step per point: about 30 s on a 2-core machine) read by every test."""
+"""`gcdoctor diagnose` under torchrun on the CPU: 2 processes, gloo, FSDP2: the sweep, the granularity
+probe and the sharding probe. One real run (a 2-layer, 64-wide Llama, one batch, one step per point:
+about 45 s on a 2-core machine) read by every test."""
 from __future__ import annotations
 
 import json
@@ -34,7 +35,7 @@ def run(tmp_path_factory) -> Path:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
                         "-m", "gcdoctor", "diagnose", "--no-tui", "--device", "cpu", "--model", str(cfg),
-                        "--probes", "sweep,sharding", "--batch-sizes", "1", "--steps", "1", "--warmup", "0",
+                        "--probes", "sweep,granularity,sharding", "--batch-sizes", "1", "--steps", "1", "--warmup", "0",
                         "--seq-len", "16", "--out", str(out)],
                        capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
@@ -99,6 +100,20 @@ def test_the_report_has_the_sharded_section_and_the_ranks_in_its_title(run):
     md = (run / "report.md").read_text()
     assert "## Sharded over several ranks: memory and communication" in md
     assert "Bottom line: micro on 2x " in md  # the title names every rank's device
+
+
+def test_the_granularity_probe_ran_on_the_sharded_model(run):
+    f = Facts.load(run / "facts.json")
+    [group] = f.granularity.groups  # the synthetic blocks measure one device: left out on several ranks
+    assert group.description.endswith("FSDP2 over 2 ranks")
+    rows = {v.variant: v for v in group.variants}
+    assert (rows["layer"].regions_per_step, rows["sub-layer"].regions_per_step, rows["none"].regions_per_step) == (
+        2, 4, 0)
+    assert rows["layer"].measurement.param_bytes == 2 * f.model.n_params  # half of the fp32 parameters
+    c = {x.key: x for x in f.distributed.comm if x.rank == 1}["granularity/model/layer"]
+    assert c.collectives["all_gather"].by_phase == {"forward": UNITS, "backward": UNITS}
+    v = {x.subject: x for x in evaluate(f, [find_rule("GC062")])}["granularity/model/layer"]
+    assert (v.status, v.scope) == ("passed", "experiment")
 
 
 def test_the_memory_model_says_why_it_does_not_predict_a_rank(run):
