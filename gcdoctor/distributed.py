@@ -132,22 +132,26 @@ class Group:
         dist.gather_object(obj, out, dst=0)
         return out
 
-    def all_fit(self, fits: bool) -> bool:
-        """True when the step fit on every rank: an OOM anywhere is an OOM of the sharded step."""
+    def agree(self, fits: bool, stop: bool = False) -> tuple[bool, bool]:
+        """(the step fit on every rank, some rank was asked to stop): an OOM anywhere is an OOM of
+        the sharded step, and a stop anywhere stops every rank at the same point."""
         import torch.distributed as dist
         flags: list[Any] = [None] * self.world_size
-        dist.all_gather_object(flags, bool(fits))
-        return all(flags)
+        dist.all_gather_object(flags, (bool(fits), bool(stop)))
+        return all(f for f, _ in flags), any(s for _, s in flags)
 
     def barrier(self) -> None:
         import torch.distributed as dist
         dist.barrier()
 
-    def close(self) -> None:
+    def close(self, meet: bool = True) -> None:
+        """Destroy the group we created; with `meet`, after every rank got here (not after an
+        interruption or an error, when a rank may never come)."""
         import torch.distributed as dist
         if self.created and dist.is_initialized():
             try:
-                dist.barrier()
+                if meet:
+                    dist.barrier()
             finally:
                 dist.destroy_process_group()
         self.created = False
@@ -228,7 +232,10 @@ def spawn(nproc: int, argv: list[str], out: str, grace_s: float = 10.0) -> int:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     cmd = [sys.executable, "-m", "gcdoctor", "diagnose", *rest]
-    procs = [subprocess.Popen(cmd, env=worker_env(r, nproc, port)) for r in range(nproc)]
+    # the workers in a process group of their own: a Ctrl-C (or SIGTERM) reaches this launcher alone,
+    # which passes one SIGTERM to each worker (gcdoctor's interrupt: the worker keeps what it
+    # measured); a SIGINT would not do, background jobs inherit it ignored
+    procs = [subprocess.Popen(cmd, env=worker_env(r, nproc, port), start_new_session=True) for r in range(nproc)]
     codes: list[int | None] = [None] * nproc
     failed_at: float | None = None
     try:
@@ -245,9 +252,9 @@ def spawn(nproc: int, argv: list[str], out: str, grace_s: float = 10.0) -> int:
                 failed_at = float("inf")
             time.sleep(0.05)
     except KeyboardInterrupt:
-        for p in procs:  # each worker keeps what it measured and writes its report (SIGINT is Ctrl-C)
+        for p in procs:
             if p.poll() is None:
-                p.send_signal(signal.SIGINT)
+                p.send_signal(signal.SIGTERM)
         for p in procs:
             p.wait()
         return 130
@@ -321,9 +328,9 @@ class DistributedRun:
         facts.checkpoint_impl = config.checkpoint_impl if config.shard == "fsdp2" else "deepspeed"
         facts.probe_batch = config.probe_batch
 
-    def all_fit(self, fits: bool) -> bool:
+    def agree(self, fits: bool, stop: bool = False) -> tuple[bool, bool]:
         assert self.group is not None
-        return self.group.all_fit(fits)
+        return self.group.agree(fits, stop)
 
     def gather(self, facts: Any) -> None:
         """Every rank's own rows to rank 0, which keeps its facts' distributed section complete.
@@ -342,7 +349,7 @@ class DistributedRun:
             comm += cm
         d.ranks, d.measurements, d.comm = ranks, rows, comm
 
-    def close(self) -> None:
+    def close(self, meet: bool = True) -> None:
         if self.group is not None:
-            self.group.close()
+            self.group.close(meet)
             self.group = None

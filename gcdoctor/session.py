@@ -99,7 +99,9 @@ class ProbeContext:
         self.bus.emit(Progress(probe, variant, batch_size, done, total, message))
 
     def check_stop(self) -> None:
-        if self.session.stop_requested.is_set():
+        # several ranks stop together, where they agree on each measurement (a rank stopping alone
+        # would leave the others waiting in a collective)
+        if self.session.stop_requested.is_set() and self.dist is None:
             raise RunInterrupted()
 
     def save(self) -> None:
@@ -156,9 +158,13 @@ class ProbeContext:
             if step is not None:
                 step.release()
             step = None
-        if self.dist is not None and not self.dist.all_fit(oom is None) and oom is None:
-            m.fits, m.oom_phase = False, "another rank"  # the sharded step is one step: it did not fit
-            m.error = "out of memory on another rank"
+        if self.dist is not None:
+            fit_everywhere, stop = self.dist.agree(oom is None, self.session.stop_requested.is_set())
+            if not fit_everywhere and oom is None:
+                m.fits, m.oom_phase = False, "another rank"  # the sharded step is one step: it did not fit
+                m.error = "out of memory on another rank"
+            if stop:
+                raise RunInterrupted()
         if oom is not None:
             m.fits, m.oom_phase = False, phase
             m.error = str(oom).splitlines()[0][:300]
@@ -428,7 +434,7 @@ class Session:
         self.save_facts()
         self.judge()
         if self.dist is not None:
-            self.dist.close()
+            self.dist.close(meet=not interrupted and error is None)
         if self.dist is not None and not self.dist.is_main:  # rank 0 reports for every rank
             self.bus.emit(RunFinished(str(self.rundir.path), interrupted, error, "", {}))
             self.rundir.close()
