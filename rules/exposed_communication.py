@@ -86,7 +86,7 @@ class ExposedCommunicationRule(Rule):
                 "Raise the per-rank batch (checkpointing makes the room), prefetch explicitly "
                 "(set_modules_to_forward_prefetch / set_modules_to_backward_prefetch), try "
                 "reshard_after_forward=False (see the sharding probe), check NVLink/P2P.",
-                subject=key, line=f"{share:.0f} % of the step is exposed communication ({setup(d)})")
+                subject=key, line=f"{share:.0f} % of the step is communication no compute hides (rank {w.rank})")
         return self.passed(f"{key}: {share:.0f}% of the step is exposed communication "
                            f"({w.comm_exposed_us / 1e3:,.1f} of {w.comm_busy_us / 1e3:,.1f} ms of communication not hidden, "
                            f"rank {w.rank})", ev, subject=key)

@@ -109,10 +109,10 @@ class ShardingVariantRule(Rule):
                    Evidence("reference's exposed communication per step", ref_exp / 1e3, "ms")]
         spread = max(_spread_pct(v), _spread_pct(ref))
         ev.append(Evidence("largest step-to-step spread", spread, "%"))
-        memory = "" if pv is None or pr is None else f", {'+' if pv >= pr else '-'}{size(abs(pv - pr))} per rank"
+        memory = "" if pv is None or pr is None else f", {'+' if pv >= pr else '-'}{size(abs(pv - pr))}/rank"
         gathers = ("" if gv is None or gr is None or gv == gr
                    else f", {'+' if gv > gr else '-'}{per_step(abs(gv - gr))} all-gathers/step")
-        what = f"{dt:+.0f} % step time{memory}{gathers}"
+        what = f"{dt:+.0f} % step{memory}{gathers}"
         subject = f"sharding/{v.name}"
         if spread > t["max_spread_pct"]:
             return self.passed(f"{v.name}: {what} against {ref.name} (timings spread {spread:.0f}% from step to "
@@ -123,5 +123,5 @@ class ShardingVariantRule(Rule):
                 f"{v.description} ran the probe's step {-dt:.0f}% faster than {ref.description}.",
                 "If its peak leaves room for your batch, use it and re-run the sweep with it (--no-reshard, "
                 "--checkpoint-impl checkpoint_wrapper or --shard zero3) for its largest batch.",
-                subject=subject, line=f"{v.name}: {what} vs {ref.name}")
+                subject=subject, line=f"{v.name}: {what.replace('all-gathers', 'gathers')} vs {ref.name}")
         return self.passed(f"{v.name}: {what} against {ref.name}", ev, subject=subject)

@@ -251,8 +251,8 @@ def test_gc063_compares_each_variant_with_fsdp2s_defaults(run):
     keep.measurement.step_ms_median = 80.0
     v = judge("GC063", f)["sharding/fsdp2-keep/gc"]
     assert (v.status, v.severity) == ("fired", "info")
-    assert v.headline.startswith("fsdp2-keep/gc is 20% faster than fsdp2/gc on this device (-20 % step time")
-    assert "-3 all-gathers/step" in v.line
+    assert v.headline.startswith("fsdp2-keep/gc is 20% faster than fsdp2/gc on this device (-20 % step, ")
+    assert "-3 all-gathers/step" in v.headline and "-3 gathers/step" in v.line and v.line.startswith("fsdp2-keep/gc: -20 % step, ") and len(v.line) <= 72
     keep.measurement.step_ms = [80.0, 100.0, 81.0]  # 24% spread: too noisy to rank
     v = judge("GC063", f)["sharding/fsdp2-keep/gc"]
     assert v.status == "passed" and "too noisy to rank" in v.headline
