@@ -87,6 +87,7 @@ def tensor_bytes(tensors: Any) -> int:
     total = 0
     for t in tensors:
         if isinstance(t, torch.Tensor) and t.device.type != "meta":
+            t = getattr(t, "_local_tensor", t)  # a sharded DTensor: this rank's shard
             st = t.untyped_storage()
             if st.data_ptr() not in seen:
                 seen.add(st.data_ptr())

@@ -112,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--no-tui", action="store_true", help="plain console output instead of the live TUI")
     d.add_argument("--seed", type=_int, help="random seed (default 0)")
     _add_fail_on(d)
+    d.add_argument("--nproc", type=_positive_int,
+                   help="run on N ranks of this host, one per device (FSDP2; under torchrun the ranks are found)")
+    d.add_argument("--shard", choices=["fsdp2", "zero3"], help="several ranks: how the sweep shards (default fsdp2)")
+    d.add_argument("--no-reshard", action="store_true",
+                   help="several ranks, FSDP2: reshard_after_forward=False (keep gathered parameters for backward)")
+    d.add_argument("--checkpoint-impl", choices=["transformers", "checkpoint_wrapper"],
+                   help="several ranks, FSDP2: transformers' layer checkpointing (default) or checkpoint_wrapper")
     d.add_argument("-v", "--verbose", action="store_true")
 
     a = sub.add_parser("analyze", help="re-judge a recorded run directory or a profiler trace file")
@@ -134,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--batch-sizes", help="batch sizes to tabulate (default: powers of two up to the max)")
     pl.add_argument("--master-weights", choices=["none", "fp32"], default="none",
                     help="fp32 master weights and optimizer states (mixed precision)")
+    pl.add_argument("--shard", type=_positive_int, help="also predict one rank of N with the states sharded (FSDP2)")
+    pl.add_argument("--no-reshard", action="store_true", help="with --shard: parameters kept gathered for backward")
     _add_json(pl)
     pl.add_argument("--launch-us", type=float, metavar="N",
                     help="the card's launch cost for the step-time prediction (measured by diagnose --probes granularity)")
@@ -193,7 +202,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     simple = {"model": "model", "layers": "layers", "device": "device", "dtype": "dtype", "seq_len": "seq_len",
               "optimizer": "optimizer", "max_batch": "max_batch", "target_batch": "target_batch",
               "steps": "measure_steps", "warmup": "warmup_steps", "probe_layers": "probe_layers",
-              "probe_batch": "probe_batch", "telemetry_hz": "telemetry_hz", "out": "out", "seed": "seed"}
+              "probe_batch": "probe_batch", "telemetry_hz": "telemetry_hz", "out": "out", "seed": "seed",
+              "nproc": "nproc", "shard": "shard", "checkpoint_impl": "checkpoint_impl"}
     for arg, name in simple.items():
         v = getattr(args, arg, None)
         if v is not None:
@@ -210,6 +220,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         kw["emulate_launch_us"] = args.emulate_launch_us
     if getattr(args, "memory_snapshot", False):
         kw["memory_snapshot"] = True
+    if getattr(args, "no_reshard", False):
+        kw["reshard_after_forward"] = False
     kw["thresholds"] = th
     kw["tui"] = False if getattr(args, "no_tui", False) else None
     return RunConfig(**kw)
@@ -265,9 +277,19 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     from gcdoctor.rundir import NativeOutputToLog
 
     cfg = config_from_args(args)
+    from gcdoctor.distributed import LAUNCH_KEY
+    if cfg.nproc is not None and not os.environ.get(LAUNCH_KEY):  # start the ranks (a config file's nproc
+        # reaches the workers too: they are the ranks it asked for)
+        from gcdoctor import distributed
+        from gcdoctor.rundir import default_run_dir
+        return distributed.spawn(cfg.nproc, args.argv[args.argv.index("diagnose") + 1:],
+                                 cfg.out or str(default_run_dir("diagnose", cfg.model)))
     bus = EventBus()
     session = Session(cfg, bus)
-    use_tui = cfg.tui is not False and sys.stdout.isatty() and sys.stdin.isatty()
+    if session.dist is not None and not session.dist.is_main:  # rank 0 speaks for every rank
+        session.run()
+        return 130 if session.facts.settings.interrupted else 0
+    use_tui = cfg.tui is not False and sys.stdout.isatty() and sys.stdin.isatty() and session.dist is None
     if use_tui:
         try:
             from gcdoctor.tui import run_diagnose_app
@@ -524,6 +546,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)
         if args.version:
             from gcdoctor import __version__
             print(f"gcdoctor {__version__}")
@@ -538,7 +561,8 @@ def main(argv: list[str] | None = None) -> int:
         _late_signals_exit_130()
         return code
     except UserError as exc:
-        print(f"gcdoctor: error: {_term(str(exc))}", file=sys.stderr)
+        if os.environ.get("RANK", "0") == "0":  # under a distributed launch rank 0 says it once
+            print(f"gcdoctor: error: {_term(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         _late_signals_exit_130()

@@ -90,6 +90,11 @@ class RunConfig:
     out: str | None = None
     tui: bool | None = None  # None: on when stdout is a terminal
     thresholds: dict[str, dict[str, float]] = field(default_factory=dict)
+    # several ranks (--nproc N, or a launch under torchrun): how the sweep shards the model
+    nproc: int | None = None  # diagnose starts this many ranks on this host
+    shard: str = "fsdp2"  # fsdp2 | zero3
+    reshard_after_forward: bool = True  # FSDP2's setting (free gathered parameters after each unit's forward)
+    checkpoint_impl: str = "transformers"  # under FSDP2: transformers (outside each unit) | checkpoint_wrapper
 
     def __post_init__(self) -> None:
         """The one place a run's settings are checked: ranges, types, known names."""
@@ -124,6 +129,11 @@ class RunConfig:
                 raise UserError(f"--probes {self.probes!r}: expected probe names")
             if not self.probes:
                 raise UserError("--probes: no probe named (available: sweep, granularity, offload, jitter)")
+        _int_in(self, "nproc", 1, 4096)
+        if self.shard not in ("fsdp2", "zero3"):
+            raise UserError(f"--shard {self.shard!r}: use fsdp2 or zero3")
+        if self.checkpoint_impl not in ("transformers", "checkpoint_wrapper"):
+            raise UserError(f"--checkpoint-impl {self.checkpoint_impl!r}: use transformers or checkpoint_wrapper")
         e = self.emulate_launch_us
         if e is not None and (isinstance(e, bool) or not isinstance(e, (int, float)) or not math.isfinite(e)
                               or not 0 <= e <= 100_000):

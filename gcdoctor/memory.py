@@ -1216,7 +1216,6 @@ def predict_for_measurement(ctx: Any, m: Any, variant: str) -> int | None:
     `ctx` is the session's ProbeContext (spec as built, dtype, seq_len, config.optimizer,
     backend); the step predicted is gcdoctor.capture.TrainingStep's.
     """
-    kind = ctx.backend.kind if ctx.backend.kind in DEVICE_KINDS else "cuda"
     seq_len = getattr(m, "seq_len", None) or ctx.seq_len
     optimizer = getattr(ctx.config, "optimizer", None) or "adamw"
     mm = ctx.facts.memory_model

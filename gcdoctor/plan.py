@@ -121,6 +121,7 @@ def _from_args(args: Any) -> dict[str, Any]:
         # --device as typed: a named card (a hardware preset) also gets the step-time prediction
         "card": getattr(args, "device", None), "launch_us": getattr(args, "launch_us", None),
         "granularity_run": getattr(args, "granularity_run", None),
+        "shard": getattr(args, "shard", None), "reshard_after_forward": not getattr(args, "no_reshard", False),
     }
 
 
@@ -154,7 +155,8 @@ def run_plan(model: Any = None, device_memory: str | int | None = None, seq_len:
              dtype: str | None = None, optimizer: str | None = None, layers: int | None = None,
              gc_modes: Any = None, as_json: bool = False, device: str = "cuda", master_weights: bool = False,
              batch_sizes: Any = None, card: str | None = None, launch_us: float | None = None,
-             granularity_run: str | None = None) -> tuple[str, dict]:
+             granularity_run: str | None = None, shard: int | None = None,
+             reshard_after_forward: bool = True) -> tuple[str, dict]:
     """Predict peak memory vs batch size on a card; return (text, data).
 
     `device` is cpu, cuda, musa or a card of gcdoctor.hardware.PRESETS (`mtt-s4000`, `h200`, ...),
@@ -251,9 +253,19 @@ def run_plan(model: Any = None, device_memory: str | int | None = None, seq_len:
         data["fit_options"] = [dict(to_dict(o), fits=o.fits) for o in opts]
     step_lines = _step_time(data, spec, seq_len, dtype, card or (device_arg if preset is not None else None),
                             launch_us, granularity_run)
+    if shard is not None:  # states sharded over N devices: a rank's view (gcdoctor.sharding)
+        from gcdoctor import sharding
+        if shard < 1:
+            raise UserError(f"--shard {shard}: the number of devices must be positive")
+        data["sharded"] = sharding.plan_section(spec, usable, seq_len, dtype, optimizer, device, master_weights,
+                                                shard, reshard_after_forward, modes, batches)
     if as_json:
         return json.dumps(data, indent=1), data
-    return _render(data, modes, batches, rows, allocators) + "".join("\n" + line for line in step_lines), data
+    text = _render(data, modes, batches, rows, allocators)
+    if shard is not None:
+        from gcdoctor import sharding
+        text += "\n" + "\n".join(sharding.render_plan(data["sharded"], modes, _LABEL))
+    return text + "".join("\n" + line for line in step_lines), data
 
 
 def _step_time(data: dict, spec: Any, seq_len: int, dtype: str, card: str | None, launch_us: float | None,

@@ -65,6 +65,15 @@ class ProbeContext:
         self.config, self.backend, self.spec, self.facts = s.config, s.backend, s.spec, s.facts
         self.bus, self.rundir = s.bus, s.rundir
         self.dtype, self.seq_len = s.resolved.dtype, s.resolved.seq_len
+        self.dist = s.dist  # a DistributedRun on rank r of N (sharded probes), None in one process
+        self._ds: tuple[Any, str | None] | None = None
+
+    def deepspeed(self) -> tuple[Any, str | None]:
+        """(deepspeed, None) joined to this run's process group, or (None, why not); loaded once."""
+        if self._ds is None:
+            from gcdoctor.probes._sharding import load_deepspeed
+            self._ds = load_deepspeed(self.backend.kind)
+        return self._ds
 
     @property
     def sampler(self):
@@ -94,7 +103,9 @@ class ProbeContext:
         self.bus.emit(Progress(probe, variant, batch_size, done, total, message))
 
     def check_stop(self) -> None:
-        if self.session.stop_requested.is_set():
+        # several ranks stop together, where they agree on each measurement (a rank stopping alone
+        # would leave the others waiting in a collective)
+        if self.session.stop_requested.is_set() and self.dist is None:
             raise RunInterrupted()
 
     def save(self) -> None:
@@ -134,9 +145,13 @@ class ProbeContext:
                 self.bus.emit(StepMeasured(probe, variant, batch_size, i, rec.step_ms,
                                            "warmup" if is_warm else ("search" if search else "measure"),
                                            rec.loss, rec.peak_allocated_bytes))
-            m.param_bytes = tensor_bytes(step.model.parameters())
-            m.grad_bytes = sum(p.numel() * p.element_size() for p in step.model.parameters() if p.requires_grad)
-            m.optimizer_state_bytes = optimizer_state_bytes(step.optimizer) if step.optimizer is not None else 0
+            if hasattr(step, "state_bytes"):  # a sharded step: this rank's shards
+                m.param_bytes, m.grad_bytes, m.optimizer_state_bytes = step.state_bytes()
+            else:
+                m.param_bytes = tensor_bytes(step.model.parameters())
+                m.grad_bytes = sum(getattr(p, "_local_tensor", p).numel() * p.element_size()
+                                   for p in step.model.parameters() if p.requires_grad)
+                m.optimizer_state_bytes = optimizer_state_bytes(step.optimizer) if step.optimizer is not None else 0
             if profile_key and cfg.profile:
                 self._profile(step, profile_key, variant, batch_size, records)
         except Exception as exc:  # noqa: BLE001 - OOM is a measurement; anything else re-raised below
@@ -149,6 +164,13 @@ class ProbeContext:
             if step is not None:
                 step.release()
             step = None
+        if self.dist is not None:
+            fit_everywhere, stop = self.dist.agree(oom is None, self.session.stop_requested.is_set())
+            if not fit_everywhere and oom is None:
+                m.fits, m.oom_phase = False, "another rank"  # the sharded step is one step: it did not fit
+                m.error = "out of memory on another rank"
+            if stop:
+                raise RunInterrupted()
         if oom is not None:
             m.fits, m.oom_phase = False, phase
             m.error = str(oom).splitlines()[0][:300]
@@ -162,6 +184,12 @@ class ProbeContext:
             what = "the OOM" if not m.fits else "the measurement"
             self.log(f"after {what} at batch {batch_size}, {after - baseline:+,} bytes differ from the "
                      f"{baseline:,} allocated before it", "warning")
+        if self.dist is not None:
+            from gcdoctor.facts.distributed import RankMeasurement
+            self.facts.distributed.measurements.append(RankMeasurement(
+                probe, variant, batch_size, self.dist.rank, m.fits, m.oom_phase, m.step_ms_median,
+                m.peak_allocated_bytes, m.peak_reserved_bytes, m.param_bytes, m.grad_bytes,
+                m.optimizer_state_bytes, dict(m.telemetry), profile_key is not None))
         self.bus.emit(MeasurementRecorded(probe, measurement_row(m)))
         return m
 
@@ -206,10 +234,14 @@ class ProbeContext:
         # torch writes the trace's own path into it unescaped: export under a plain temporary name
         # (a '"' in --out would make the trace unreadable), then move it into the run directory,
         # named as tensorboard_trace_handler names traces: traces/VARIANT/HOST_PID.MS.pt.trace.json.gz
+        # (on several ranks: every rank's trace of a variant in one folder of rank 0's directory)
         tmp = Path(tempfile.mkdtemp(prefix="gcdoctor-trace-"))
         try:
             prof_records, tmp_path = profile_steps(step, 2, tmp / "trace.json.gz")
-            path = self.rundir.file(f"traces/{safe_name(key.replace('/', '-'))}") / trace_file_name()
+            if self.dist is not None:
+                path = self.dist.trace_path(key)
+            else:
+                path = self.rundir.file(f"traces/{safe_name(key.replace('/', '-'))}") / trace_file_name()
             path.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(tmp_path), str(path))
         finally:
@@ -228,13 +260,17 @@ class ProbeContext:
             self.facts.unavailable[f"trace.{key}"] = "trace analysis unavailable"
             return
         try:
-            metrics = trace.compute_metrics(trace.load_trace(path))
+            tables = trace.load_trace(path)
+            metrics = trace.compute_metrics(tables)
         except UserError as exc:
             self.facts.unavailable[f"trace.{key}"] = str(exc)
             return
         for window, tm in metrics.items():
-            tm.source = str(path.relative_to(self.rundir.path))
+            tm.source = os.path.relpath(path, self.rundir.path)
             self.facts.trace[str(TraceKey(key, window))] = tm
+        if self.dist is not None:
+            from gcdoctor.trace.comm import comm_metrics
+            self.facts.distributed.comm.append(comm_metrics(tables, key, self.dist.rank, self.dist.relative(path)))
 
 
 def measurement_row(m: Measurement) -> dict[str, Any]:
@@ -260,12 +296,18 @@ class Session:
         self.config = config
         self.bus = bus or EventBus()
         self.stop_requested = threading.Event()
-        self.backend = get_backend(config.device)
+        from gcdoctor.distributed import DistributedRun
+        self.dist = DistributedRun.from_env(config.device)  # under torchrun / --nproc: rank r of N
+        self.backend = get_backend(self.dist.device if self.dist is not None else config.device)
         self.resolved = resolve_defaults(config, self.backend.kind)
         self._validate()
         self.spec = models.load_spec(self.resolved.model, layers=config.layers)
-        self.probes = select_probes(config.probes, self.backend.kind)
-        self.rundir = RunDirectory(config.out or default_run_dir(config.command, self.resolved.model))
+        self.probes = select_probes(config.probes, self.backend.kind, distributed=self.dist is not None)
+        out = config.out or default_run_dir(config.command, self.resolved.model)
+        if self.dist is not None:  # every rank validated the same arguments: now they meet
+            self.dist.start(self.backend.kind)
+            out = self.dist.run_dir(out)
+        self.rundir = RunDirectory(out)
         if config.memory_limit_bytes:
             self.backend.set_memory_limit(config.memory_limit_bytes)
         self.facts = Facts(environment=self.backend.describe(), settings=RunSettings(
@@ -273,6 +315,11 @@ class Session:
             optimizer=config.optimizer, warmup_steps=config.warmup_steps, measure_steps=config.measure_steps,
             probes=[p.name for p in self.probes], memory_limit_bytes=config.memory_limit_bytes,
             started_at=datetime.now(timezone.utc).isoformat(timespec="seconds")))
+        if self.dist is not None:
+            self.facts.distributed = self.dist.facts(self.backend, self.facts.environment)
+            self.dist.configure(self.facts.distributed, config)
+            if not config.profile:
+                self.facts.unavailable["distributed.comm"] = "--no-profile: no traces, so no collectives were counted"
         s = self.spec
         self.facts.model = ModelInfo(
             name=s.name, source=s.source, architecture=s.model_type, n_layers=s.n_layers, n_layers_full=s.n_layers_full,
@@ -302,6 +349,9 @@ class Session:
             raise UserError(f"--target-batch {c.target_batch}: must be positive")
         if c.probe_layers is not None and c.probe_layers < 1:
             raise UserError(f"--probe-layers {c.probe_layers}: must be positive")
+        if c.shard not in ("fsdp2", "zero3") or c.checkpoint_impl not in ("transformers", "checkpoint_wrapper"):
+            raise UserError(f"shard {c.shard!r} / checkpoint_impl {c.checkpoint_impl!r}: use fsdp2 or zero3, and "
+                            "transformers or checkpoint_wrapper")
         if r.dtype == "fp16" and self.backend.kind == "cpu":
             raise UserError("--dtype fp16 is not supported for training on the CPU; use fp32 or bf16")
 
@@ -384,6 +434,8 @@ class Session:
                     else:
                         self.bus.emit(ProbeFinished(probe.name, True, None, time.monotonic() - t0))
                     free_memory(self.backend)
+                    if self.dist is not None:
+                        self.dist.gather(self.facts)  # every rank at the same point: after each probe
                     self.save_facts()
                     self.judge()
             except (RunInterrupted, KeyboardInterrupt):
@@ -404,14 +456,23 @@ class Session:
         from gcdoctor.report import write_reports
         self.finishing = True  # from here on a second Ctrl-C or SIGTERM is noted, never raised
         interrupted = interrupted or self.stop_requested.is_set()
-        _destroy_process_group()
+        if self.dist is None:  # several ranks: their group ends in dist.close(), after the gather
+            _destroy_process_group()
         self._stop_telemetry()
         st = self.facts.settings
         st.finished_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         st.wall_s = round(time.monotonic() - t_start, 1)
         st.interrupted, st.error = interrupted, error
+        if self.dist is not None and not interrupted and error is None:
+            self.dist.gather(self.facts)
         self.save_facts()
         self.judge()
+        if self.dist is not None:
+            self.dist.close(meet=not interrupted and error is None)
+        if self.dist is not None and not self.dist.is_main:  # rank 0 reports for every rank
+            self.bus.emit(RunFinished(str(self.rundir.path), interrupted, error, "", {}))
+            self.rundir.close()
+            return
         report = self.report_path = write_reports(self.rundir.path, self.facts, self.verdicts)
         try:
             from gcdoctor.perfetto import annotate_run

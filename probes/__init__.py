@@ -12,22 +12,37 @@ from gcdoctor.probes.granularity import GranularityProbe
 from gcdoctor.probes.jitter import JitterProbe
 from gcdoctor.probes.offload import OffloadProbe
 from gcdoctor.probes.optimizer import OptimizerProbe
+from gcdoctor.probes.sharding import ShardingProbe
 
-PROBES = [SweepProbe(), AllocatorProbe(), OptimizerProbe(), GranularityProbe(), OffloadProbe(), JitterProbe()]
+PROBES = [SweepProbe(), AllocatorProbe(), OptimizerProbe(), GranularityProbe(), ShardingProbe(), OffloadProbe(),
+          JitterProbe()]
+# a diagnose on several ranks (--nproc N, torchrun) runs these, sharded; the others measure one
+# device in one process, and the sharding probe needs several ranks (a process group)
+DISTRIBUTED_PROBES = ("sweep", "granularity", "sharding")
+DISTRIBUTED_ONLY = ("sharding",)
 
 
-def select_probes(names: list[str] | None, device_kind: str) -> list:
-    """`names` None: every probe that applies to the device, in table order."""
+def _why_not(p, device_kind: str, distributed: bool) -> str | None:
+    if distributed and p.name not in DISTRIBUTED_PROBES:
+        return "it measures one device in one process: run it without --nproc / torchrun"
+    if not distributed and p.name in DISTRIBUTED_ONLY:
+        return "it compares sharded setups: run diagnose on several ranks (--nproc N, or under torchrun)"
+    return p.applies(device_kind)
+
+
+def select_probes(names: list[str] | None, device_kind: str, distributed: bool = False) -> list:
+    """`names` None: every probe that applies to the device (and to one process or several ranks),
+    in table order."""
     by_name = {p.name: p for p in PROBES}
     if names is None:
-        return [p for p in PROBES if p.applies(device_kind) is None]
+        return [p for p in PROBES if _why_not(p, device_kind, distributed) is None]
     unknown = [n for n in names if n not in by_name]
     if unknown:
         raise UserError(f"--probes: unknown probe(s) {', '.join(unknown)} (available: {', '.join(by_name)})")
     chosen = []
     for p in PROBES:
         if p.name in names:
-            why = p.applies(device_kind)
+            why = _why_not(p, device_kind, distributed)
             if why:
                 raise UserError(f"--probes {p.name}: {why}")
             chosen.append(p)

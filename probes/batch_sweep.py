@@ -41,17 +41,14 @@ class SweepProbe:
         for variant in VARIANTS:
             ctx.check_stop()
             t_variant = time.monotonic()
-            model = ctx.build_model()
-            if variant == "gc":
-                facts.gc_api = enable_layer_checkpointing(model)
+            model, make_step = self._steps(ctx, variant, facts)
             profiled: set[int] = set()
 
             def measure(batch: int, profile: bool = False, search: bool = True) -> Measurement:
                 t0 = time.monotonic()
                 key = f"sweep/{variant}" if profile and cfg.profile else None
-                m = ctx.measure(self.name, variant, lambda: TrainingStep(
-                    model, ctx.backend, batch, ctx.seq_len, cfg.optimizer, cfg.seed), batch,
-                    profile_key=key, search=search)
+                m = ctx.measure(self.name, variant, lambda: make_step(batch), batch, profile_key=key,
+                                search=search)
                 if key and m.fits:
                     profiled.add(batch)
                 facts.measurements.append(m)
@@ -89,10 +86,9 @@ class SweepProbe:
             elif target and cfg.profile and target not in profiled:
                 ctx.progress(self.name, variant, target, message="profiling")
                 # the extra measurement only feeds the trace and the profiler overhead
-                ctx.measure(self.name, variant, lambda: TrainingStep(
-                    model, ctx.backend, target, ctx.seq_len, cfg.optimizer, cfg.seed), target,
-                    profile_key=f"sweep/{variant}", warmup=1, steps=2)
-            if cfg.memory_snapshot and variant == "gc" and best:
+                ctx.measure(self.name, variant, lambda: make_step(target), target,
+                            profile_key=f"sweep/{variant}", warmup=1, steps=2)
+            if cfg.memory_snapshot and variant == "gc" and best and model is not None:
                 ctx.progress(self.name, variant, best, message="memory snapshot")
                 self._memory_snapshot(ctx, variant, best, model, facts)
             del model
@@ -109,6 +105,30 @@ class SweepProbe:
         ctx.save()
 
     # the search ---------------------------------------------------------------------------
+    @staticmethod
+    def _steps(ctx, variant: str, facts: SweepFacts):
+        """(model, batch -> TrainingStep). One process: one model per variant, reused at every batch.
+        Several ranks: a freshly built model per measurement, sharded as the user's setup says
+        (probes/_sharding.py), since a sharded model that raised mid-step is not reused."""
+        cfg = ctx.config
+        if ctx.dist is not None:
+            from gcdoctor.probes._sharding import Sharding, sharded_step_factory
+            sharding = Sharding(cfg.shard, cfg.reshard_after_forward, cfg.checkpoint_impl)
+            info: dict = {}
+            make = sharded_step_factory(ctx, sharding, variant == "gc", info=info)
+
+            def step(batch: int) -> TrainingStep:
+                st = make(batch)
+                ctx.facts.distributed.applied[variant] = info.get("applied", "")
+                if variant == "gc":
+                    facts.gc_api = info.get("applied", "")
+                return st
+            return None, step
+        model = ctx.build_model()
+        if variant == "gc":
+            facts.gc_api = enable_layer_checkpointing(model)
+        return model, lambda batch: TrainingStep(model, ctx.backend, batch, ctx.seq_len, cfg.optimizer, cfg.seed)
+
     @staticmethod
     def _model_facts(ctx) -> None:
         """The memory model's facts (and its predicted boundaries) before the first trial."""
@@ -252,6 +272,12 @@ class SweepProbe:
     @staticmethod
     def _predict(ctx, m: Measurement, variant: str) -> None:
         """Store the analytic model's prediction beside the measurement (issue 11)."""
+        if ctx.dist is not None:
+            # the memory model predicts one unsharded device: a rank's peak is `plan --shard N`'s
+            ctx.facts.unavailable.setdefault(
+                "memory_model", f"a sharded run ({ctx.config.shard} over {ctx.dist.world_size} ranks): the memory "
+                "model predicts one unsharded device (gcdoctor plan --shard N predicts a rank's states)")
+            return
         try:
             from gcdoctor import memory
         except ImportError:

@@ -102,8 +102,13 @@ class GranularityProbe:
 
         with self._delay if self._delay is not None else contextlib.nullcontext():
             self._model_group(ctx, facts, steps)
-            for size in (CPU_SYNTHETIC if cpu else GPU_SYNTHETIC):
+            # several ranks: the model group runs sharded; the synthetic blocks measure one device
+            for size in (() if ctx.dist is not None else CPU_SYNTHETIC if cpu else GPU_SYNTHETIC):
                 self._synthetic_group(ctx, facts, size, steps)
+        if ctx.dist is not None:
+            facts.notes.append(f"{ctx.dist.world_size} ranks: the model group ran sharded (FSDP2 fully_shard per "
+                               "decoder layer, each variant's checkpointing applied on the sharded model); the "
+                               "synthetic blocks measure one device and were left out (run without --nproc)")
         self._whatif(ctx, facts)
         ctx.save()
         if cpu:
@@ -150,6 +155,12 @@ class GranularityProbe:
             seq_len=ctx.seq_len, n_layers=spec.n_layers, dtype=ctx.dtype)
         facts.groups.append(group)
         model = ctx.build_model(spec)
+        if ctx.dist is not None:
+            from gcdoctor.probes._sharding import FSDP2, Sharding, fsdp2_model, show_fsdp_resizes
+            if ctx.backend.kind == "cpu":
+                show_fsdp_resizes(ctx.backend)
+            group.description += f", FSDP2 over {ctx.dist.world_size} ranks"
+            fsdp2_model(model, Sharding(FSDP2, ctx.config.reshard_after_forward), gc=False)
         try:
             for i, (variant, baseline, description) in enumerate(variants):
                 ctx.check_stop()

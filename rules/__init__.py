@@ -4,6 +4,7 @@ from __future__ import annotations
 from gcdoctor.engine import Rule
 from gcdoctor.rules.allocator_boundary import AllocatorBoundaryRule
 from gcdoctor.rules.device_starving_cpu import DeviceStarvingCpuRule
+from gcdoctor.rules.exposed_communication import ExposedCommunicationRule
 from gcdoctor.rules.gc_unneeded import GcUnneededRule
 from gcdoctor.rules.data_loader_stall import DataLoaderStallRule
 from gcdoctor.rules.host_bound_step import HostBoundStepRule
@@ -21,8 +22,11 @@ from gcdoctor.rules.prescription import PrescriptionRule
 from gcdoctor.rules.rank_straggler import RankStragglerRule
 from gcdoctor.rules.python_between_ops import PythonBetweenOpsRule
 from gcdoctor.rules.recompute_overhead import RecomputeOverheadRule
+from gcdoctor.rules.recompute_regather import RecomputeRegatherRule
 from gcdoctor.rules.recompute_share import RecomputeShareRule
 from gcdoctor.rules.setup_in_steady_state import SetupInSteadyStateRule
+from gcdoctor.rules.sharded_states import ShardedStatesRule
+from gcdoctor.rules.sharding_variant import ShardingVariantRule
 from gcdoctor.rules.straggler_rank import StragglerRankRule
 from gcdoctor.rules.sync_stall import SyncStallRule
 from gcdoctor.rules.trace_coverage import TraceCoverageRule
@@ -52,6 +56,10 @@ ALL_RULES: list[Rule] = [
     DeviceStarvingCpuRule(),
     LossJitterRule(),
     RankStragglerRule(),
+    ShardedStatesRule(),
+    ExposedCommunicationRule(),
+    RecomputeRegatherRule(),
+    ShardingVariantRule(),
 ]
 
 BY_CODE: dict[str, Rule] = {r.code: r for r in ALL_RULES}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from gcdoctor.engine import CONFIGURATION, EXPERIMENT
 from gcdoctor.facts.trace import TraceKey
 
-EXPERIMENT_PROBES = ("granularity", "offload", "launch")
+EXPERIMENT_PROBES = ("granularity", "offload", "launch", "sharding")
 
 
 def probe_of(key: str) -> str:

@@ -169,6 +169,12 @@ class PrescriptionRule(Rule):
         settings = (f"checkpoint every decoder layer with {s.gc_api}" if choice.variant == "gc" and s.gc_api
                     else "checkpoint every decoder layer (use_reentrant=False)" if choice.variant == "gc"
                     else "turn checkpointing off (model.gradient_checkpointing_disable())")
+        d = facts.distributed
+        if d is not None:  # a sharded run: the batch and tokens/s are per rank
+            from gcdoctor.rules._dist import setup
+            settings += (f", sharded with {setup(d)}: {m.tokens_per_s * d.world_size:,.0f} tokens/s over the "
+                         f"{d.world_size} ranks")
+            line = line.replace(f"at batch {target}:", f"at batch {target}/rank:", 1)
         cost = ""
         off = next((o for o in others if o.variant == "no_gc"), None)
         if choice.variant == "gc" and off is not None and target in off.points:

@@ -117,7 +117,7 @@ def test_the_cpu_limit_says_what_the_failing_op_asked_for():
     with pytest.raises(torch.OutOfMemoryError) as err:
         with b.tracking(x):
             y = x + 1  # 2 KiB live
-            z = torch.zeros(1024)  # 4 KiB more: 6 KiB > 4 KiB
+            _z = torch.zeros(1024)  # 4 KiB more: 6 KiB > 4 KiB
     info = b.oom_info(err.value, "forward")
     assert (info.request_bytes, info.allocated_bytes, info.allowed_bytes) == (4096, 2048, 4096)
     assert info.headroom_bytes == 2048 and info.kind == "capacity"

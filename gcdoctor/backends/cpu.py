@@ -36,11 +36,15 @@ class StorageCounter:
             return 0
         try:
             st = t.untyped_storage()
-        except (RuntimeError, NotImplementedError):
+            n = st.nbytes()
+            key = st._cdata  # the storage itself: stable when it is resized in place (FSDP2 does)
+        except (RuntimeError, NotImplementedError, AttributeError):  # no storage, or an invalid one
             return 0
-        n = st.nbytes()
-        key = st.data_ptr()
-        if n == 0 or key in self.live:
+        if key in self.live:
+            if self.live[key] != n:
+                return self._resize(key, n)
+            return 0
+        if n == 0:
             return 0
         with self._lock:
             self.live[key] = n
@@ -48,6 +52,20 @@ class StorageCounter:
             self.peak = max(self.peak, self.allocated)
             self.refs[key] = weakref.ref(st, lambda _r, key=key: self._free(key))
         return n
+
+    def resized(self, t: torch.Tensor) -> None:
+        """A tracked storage changed size in place (`untyped_storage().resize_`, which no dispatch mode
+        sees): FSDP2 frees and re-allocates gathered parameters that way. Callers that resize say so."""
+        self.add(t)
+
+    def _resize(self, key: int, n: int) -> int:
+        """The bytes a storage grew by (negative when it shrank)."""
+        with self._lock:
+            grown = n - self.live[key]
+            self.allocated += grown
+            self.live[key] = n
+            self.peak = max(self.peak, self.allocated)
+        return grown
 
     def _free(self, key: int) -> None:
         with self._lock:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gcdoctor.facts.distributed import DistributedFacts
 from gcdoctor.facts.granularity import GranularityFacts
 from gcdoctor.facts.jitter import JitterFacts
 from gcdoctor.facts.memory import MemoryModelFacts
@@ -119,6 +120,7 @@ class Facts:
     watch: WatchFacts | None = None
     monitor: MonitorFacts | None = None  # gcdoctor monitor: telemetry windows of another process's job
     ranks: RankSummary | None = None  # gcdoctor analyze DIR of per-rank traces: the cross-rank summary
+    distributed: DistributedFacts | None = None  # a diagnose over N ranks (FSDP2 / ZeRO-3): every rank's numbers
     unavailable: dict[str, str] = field(default_factory=dict)  # dotted path -> why not measured
 
     def get(self, path: str) -> Any:
@@ -190,7 +192,7 @@ class Facts:
 
 
 __all__ = [
-    "AllocatorFacts", "Environment", "Facts", "GranularityFacts", "JitterFacts", "Measurement", "MemoryModelFacts",
+    "AllocatorFacts", "DistributedFacts", "Environment", "Facts", "GranularityFacts", "JitterFacts", "Measurement", "MemoryModelFacts",
     "ModelInfo", "MonitorFacts", "OffloadFacts", "OomInfo", "OptimizerFacts", "ProfilerOverhead", "RunSettings", "SCHEMA_VERSION", "SearchTrial",
     "SeriesSummary", "SweepFacts", "TelemetryFacts", "TraceMetrics", "WatchFacts",
 ]

@@ -64,7 +64,11 @@ def title_of(facts: Facts) -> str:
     what = m.name if m is not None and m.name else ("your trace" if st.command == "analyze" else "the run")
     if m is not None and m.n_layers and m.n_layers_full and m.n_layers < m.n_layers_full:
         what += f" ({m.n_layers} of {m.n_layers_full} layers)"
-    parts = [f"{what} on {e.device_name or e.device_kind or 'an unknown device'}"]
+    device = e.device_name or e.device_kind or 'an unknown device'
+    d = facts.distributed
+    if d is not None:  # a sharded run: every rank's device
+        device = f"{d.world_size}x {device} { {'zero3': 'ZeRO-3'}.get(d.strategy, d.strategy.upper())}"
+    parts = [f"{what} on {device}"]
     if m is not None and st.seq_len:
         parts.append(f"seq {st.seq_len}")
     if m is not None and st.dtype:

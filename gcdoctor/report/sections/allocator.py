@@ -67,7 +67,7 @@ def _optimizer_rows(facts: Facts) -> list[list]:
         rows.append([OPT_TEXT.get(m.variant, m.variant), m.peak_allocated_bytes, change,
                      m.peak_optimizer_allocated_bytes, m.peak_fwd_bwd_allocated_bytes, m.step_ms_median, dt,
                      m.optimizer_ms_median, opt.predicted_peak_bytes.get(m.variant)])
-    for name, why in opt.skipped.items():
+    for name in opt.skipped:
         rows.append([OPT_TEXT.get(name, name), None, None, None, None, None, None, None,
                      opt.predicted_peak_bytes.get(name)])
     return rows
