@@ -50,6 +50,19 @@ KMIN_LARGE_ALLOC = 10 << 20  # requests between 1 and 10 MiB get a 20 MiB segmen
 KLARGE_BUFFER = 20 << 20
 KROUND_LARGE = 2 << 20  # larger requests round up to 2 MiB
 EXPANDABLE_PAGE = {True: KSMALL_BUFFER, False: KLARGE_BUFFER}  # small pool?, page size
+# where the caching allocator reads its settings (once, when the device initialises): torch's
+# for CUDA, torch_musa's for MUSA (its expandable segments need MUSA 4.0 or later)
+ALLOC_CONF_ENV = {"cuda": "PYTORCH_CUDA_ALLOC_CONF", "musa": "PYTORCH_MUSA_ALLOC_CONF"}
+
+
+def alloc_conf_env(device_kind: str) -> str:
+    """The allocator settings' environment variable on `device_kind` (CUDA's where unknown)."""
+    return ALLOC_CONF_ENV.get(device_kind, ALLOC_CONF_ENV["cuda"])
+
+
+def expandable_setting(device_kind: str) -> str:
+    """The setting that turns expandable segments on, as a job's environment gives it."""
+    return f"{alloc_conf_env(device_kind)}=expandable_segments:True"
 
 
 def round_size(n: int) -> int:

@@ -128,7 +128,7 @@ class RunConfig:
             if not isinstance(self.probes, list) or not all(isinstance(p, str) for p in self.probes):
                 raise UserError(f"--probes {self.probes!r}: expected probe names")
             if not self.probes:
-                raise UserError("--probes: no probe named (available: sweep, granularity, offload, jitter)")
+                raise UserError(f"--probes: no probe named (available: {', '.join(PROBE_NAMES)})")
         _int_in(self, "nproc", 1, 4096)
         if self.shard not in ("fsdp2", "zero3"):
             raise UserError(f"--shard {self.shard!r}: use fsdp2 or zero3")
@@ -203,10 +203,14 @@ def parse_batch_sizes(text: str) -> list[int]:
     return sizes
 
 
+# the probes, in the order they run (probes.PROBES; tests/test_probe_names.py holds them equal)
+PROBE_NAMES = ("sweep", "allocator", "optimizer", "granularity", "sharding", "offload", "jitter")
+
+
 def parse_probes(text: str) -> list[str]:
     names = [p.strip() for p in text.split(",") if p.strip()]
     if not names:
-        raise UserError(f"--probes {text!r}: no probe named (available: sweep, granularity, offload, jitter)")
+        raise UserError(f"--probes {text!r}: no probe named (available: {', '.join(PROBE_NAMES)})")
     return names
 
 

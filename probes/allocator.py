@@ -28,6 +28,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from gcdoctor.allocator import alloc_conf_env
 from gcdoctor.facts import AllocatorFacts, Measurement
 from gcdoctor.facts.serde import from_dict, to_dict
 from gcdoctor.facts.sweep import AllocatorBoundary, FreshRun
@@ -147,10 +148,11 @@ class AllocatorProbe:
         (out / "work.json").write_text(json.dumps(work, indent=1))
         env = dict(os.environ)
         conf = ALLOC_CONF[allocator]
+        var = alloc_conf_env(ctx.backend.kind)
         if conf:
-            env["PYTORCH_CUDA_ALLOC_CONF"] = conf
+            env[var] = conf
         else:
-            env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+            env.pop(var, None)
         run = FreshRun(variant=variant, allocator=allocator, alloc_conf=conf, batches=[],
                        run_dir=str(out.relative_to(ctx.rundir.path)))
         t0 = time.monotonic()
@@ -255,7 +257,7 @@ def worker(work_path: str) -> int:
                     break
     non_alloc = getattr(session.backend, "non_allocator_bytes", None)
     result = {"measurements": [to_dict(m) for m in measured],
-              "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+              "alloc_conf": os.environ.get(alloc_conf_env(session.backend.kind), ""),
               "context_bytes": non_alloc() if non_alloc is not None else None}
     tmp = Path(work_path).with_name("result.json.tmp")
     tmp.write_text(json.dumps(result))

@@ -1,12 +1,12 @@
 """GC009 allocator-boundary."""
 from __future__ import annotations
 
+from gcdoctor.allocator import expandable_setting
 from gcdoctor.engine import Evidence, Rule
 from gcdoctor.facts import Facts
 from gcdoctor.rules._sweep import gib
 
 VARIANT = {"no_gc": "without checkpointing", "gc": "with checkpointing"}
-EXPANDABLE = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
 
 
 class AllocatorBoundaryRule(Rule):
@@ -30,9 +30,9 @@ class AllocatorBoundaryRule(Rule):
 
     How to fix:
     Train at the batch that fits fresh, not the sweep's if they differ. Where expandable segments
-    fit more, set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the job's environment
-    before CUDA initialises (it cannot be changed later in the process) and train at that batch,
-    if the throughput there is higher.
+    fit more, set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PYTORCH_MUSA_ALLOC_CONF on
+    MUSA 4.0 or later) in the job's environment before the device initialises (it cannot be
+    changed later in the process) and train at that batch, if the throughput there is higher.
     """
 
     code = "GC009"
@@ -49,10 +49,10 @@ class AllocatorBoundaryRule(Rule):
             d, e = al.get(variant, "default"), al.get(variant, "expandable")
             if d is None and e is None:
                 continue
-            out.append(self._one(variant, d, e))
+            out.append(self._one(facts, variant, d, e))
         return out or self.inconclusive("no variant was measured in a fresh process")
 
-    def _one(self, variant: str, d, e):
+    def _one(self, facts: Facts, variant: str, d, e):
         ev = []
         for b, label in ((d, "default allocator"), (e, "expandable segments")):
             if b is None:
@@ -69,6 +69,7 @@ class AllocatorBoundaryRule(Rule):
         found = (d or e).in_process
         ev.append(Evidence("sweep's largest batch (in one process, after other batches)", found))
         what = VARIANT[variant]
+        EXPANDABLE = expandable_setting(facts.environment.device_kind)
         fresh = d.largest_batch if d is not None else None
         if d is not None and d.order_moves_boundary and fresh is not None:
             return self.fired(

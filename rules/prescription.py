@@ -16,6 +16,10 @@ class Policy:
     variant: str
     largest: int | None  # the largest batch that fits (the search's boundary, or the largest fixed batch)
     points: dict[int, Measurement]  # fitting, timed measurements by batch
+    # measured in fresh processes (the allocator probe), None where not: the largest batch a job
+    # starting at it can rely on with the default allocator, and with expandable segments
+    reliable: int | None = None
+    expandable: int | None = None
 
     @property
     def name(self) -> str:
@@ -27,6 +31,41 @@ class Policy:
 
     def fits(self, batch: int) -> bool:
         return self.largest is not None and batch <= self.largest
+
+    def needs_expandable(self, batch: int) -> bool:
+        """Whether a job at `batch` needs expandable segments: above what the default allocator
+        holds in a fresh process, within what expandable segments were measured to hold."""
+        return (self.reliable is not None and batch > self.reliable and self.expandable is not None
+                and batch <= self.expandable)
+
+
+def _policy(facts: Facts, variant: str) -> Policy | None:
+    """The policy as measured: the sweep's points and boundary, the allocator probe's fresh
+    processes where it ran (their boundary replaces the sweep's in-process one, and their points
+    above the sweep's boundary are added)."""
+    s = facts.sweep
+    points = {m.batch_size: m for m in s.measurements if m.variant == variant and m.fits and m.tokens_per_s}
+    largest = s.max_batch.get(variant) if s.searched else max(points, default=None)
+    if variant not in s.max_batch and not points:
+        return None
+    p = Policy(variant, largest, points)
+    al = facts.allocator
+    if al is None:
+        return p
+    d, e = al.get(variant, "default"), al.get(variant, "expandable")
+    if d is not None:
+        p.reliable = d.largest_batch or 0
+    if e is not None and e.largest_batch:
+        p.expandable = e.largest_batch
+    for run in al.runs:
+        if run.variant == variant and run.allocator == "expandable":
+            for m in run.measurements:
+                if m.fits and m.tokens_per_s and m.batch_size not in points:
+                    points[m.batch_size] = m
+    known = [b for b in (p.reliable, p.expandable) if b is not None]
+    if known:
+        p.largest = max(known)
+    return p
 
 
 def _spread_pct(m: Measurement) -> float:
@@ -44,7 +83,9 @@ class PrescriptionRule(Rule):
     fastest: no checkpointing or layer checkpointing, each at its own measured largest batch. It
     names the policy, the batch, its tokens/s, and the other policy at its own best batch (for
     example: no checkpointing fits batch 2 at X tok/s; layer checkpointing batch 11 at Y tok/s).
-    When the timings are too noisy to rank the policies, or only one was measured, it says so
+    Where the allocator probe measured the boundary in fresh processes, that is the boundary used
+    (what a job starting at the batch can rely on), and a batch only expandable segments hold is
+    prescribed with that allocator setting. When the timings are too noisy to rank the policies, or only one was measured, it says so
     instead of choosing.
 
     Why it matters:
@@ -55,7 +96,7 @@ class PrescriptionRule(Rule):
     faster per token; with it the device runs a larger batch, which some jobs need.
 
     Evidence:
-    Per policy: the largest batch that fits, the batch with the most tokens/s and its tokens/s,
+    Per policy: the largest batch that fits (in fresh processes per allocator, where measured), the batch with the most tokens/s and its tokens/s,
     tokens/s at the target batch; the target batch and where it came from; the step-to-step spread
     of the timings compared.
 
@@ -81,13 +122,7 @@ class PrescriptionRule(Rule):
 
     def check(self, facts: Facts, t: dict[str, float]) -> Verdict:
         s = facts.sweep
-        policies = []
-        for variant in ("no_gc", "gc"):
-            points = {m.batch_size: m for m in s.measurements
-                      if m.variant == variant and m.fits and m.tokens_per_s}
-            largest = s.max_batch.get(variant) if s.searched else max(points, default=None)
-            if variant in s.max_batch or points:
-                policies.append(Policy(variant, largest, points))
+        policies = [p for p in (_policy(facts, v) for v in ("no_gc", "gc")) if p is not None]
         timed = [p for p in policies if p.points]
         if len(timed) < 2:
             only = timed[0].name if timed else "no policy"
@@ -106,6 +141,11 @@ class PrescriptionRule(Rule):
         for p in policies:
             best = p.best()
             ev.append(Evidence(f"largest batch, {p.name}", p.largest))
+            if p.reliable is not None:
+                ev.append(Evidence(f"largest batch in a fresh process, default allocator, {p.name}", p.reliable))
+            if p.expandable is not None:
+                ev.append(Evidence(f"largest batch in a fresh process, expandable segments, {p.name}",
+                                   p.expandable))
             if best is not None:
                 ev.append(Evidence(f"fastest batch, {p.name}", f"{best.batch_size}: {best.tokens_per_s:,.0f} tok/s"))
         fitting = [p for p in policies if p.fits(target)]
@@ -175,6 +215,14 @@ class PrescriptionRule(Rule):
             settings += (f", sharded with {setup(d)}: {m.tokens_per_s * d.world_size:,.0f} tokens/s over the "
                          f"{d.world_size} ranks")
             line = line.replace(f"at batch {target}:", f"at batch {target}/rank:", 1)
+        if choice.needs_expandable(target):
+            from gcdoctor.allocator import expandable_setting
+            settings += (f", with {expandable_setting(facts.environment.device_kind)} in the job's environment "
+                         "(set before the device initialises)")
+            line = line.replace(f"at batch {target}", f"at batch {target} (expandable segments)", 1)
+            why.append(f"A job that starts at batch {target} runs out of memory with the default allocator "
+                       f"(it holds {choice.reliable} in a fresh process); expandable segments hold "
+                       f"{choice.expandable}.")
         cost = ""
         off = next((o for o in others if o.variant == "no_gc"), None)
         if choice.variant == "gc" and off is not None and target in off.points:

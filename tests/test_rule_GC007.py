@@ -80,3 +80,52 @@ def test_a_difference_within_the_timings_resolution_keeps_the_memory_headroom():
 def test_when_both_fit_the_largest_batch_no_checkpointing_wins_on_the_h200(name):
     v = judge(facts_of(name))
     assert v.headline.startswith("Use no checkpointing at batch ")
+
+
+def _with_fresh_boundaries(facts: Facts, default: int, expandable: int | None, kind: str = "cuda") -> Facts:
+    """The H200 sweep plus what the allocator probe would add for layer checkpointing: the
+    boundary in fresh processes, and the expandable-segments process's point at its boundary
+    (timed as the sweep's batch 11, 7 % faster per token)."""
+    import dataclasses
+
+    from gcdoctor.facts import AllocatorFacts
+    from gcdoctor.facts.sweep import AllocatorBoundary, FreshRun
+
+    facts.environment.device_kind = kind
+    al = facts.allocator = AllocatorFacts(steps=2)
+    al.boundaries.append(AllocatorBoundary(variant="gc", allocator="default", largest_batch=default,
+                                           first_oom_batch=default + 1, in_process=11))
+    if expandable is not None:
+        ref = facts.sweep.get("gc", 11)
+        m = dataclasses.replace(ref, batch_size=expandable, tokens_per_s=ref.tokens_per_s * 1.07)
+        al.boundaries.append(AllocatorBoundary(variant="gc", allocator="expandable", largest_batch=expandable,
+                                               in_process=11))
+        al.runs.append(FreshRun(variant="gc", allocator="expandable", batches=[expandable], measurements=[m]))
+    return facts
+
+
+def test_a_batch_only_expandable_segments_hold_is_prescribed_with_that_setting():
+    v = judge(_with_fresh_boundaries(facts_of("h200-llama3-8b-diagnose"), default=11, expandable=13))
+    assert v.headline == "Use layer checkpointing at batch 13: 8,809 tokens/s"
+    assert v.line.startswith("layer checkpointing at batch 13 (expandable segments): 8,809 tok/s; ")
+    assert v.recommendation == (
+        "Train at per-device batch 13 and checkpoint every decoder layer with "
+        "gradient_checkpointing_enable(use_reentrant=False), with "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the job's environment (set before the device "
+        "initialises).")
+    ev = {e.label: e.value for e in v.evidence}
+    assert ev["largest batch in a fresh process, default allocator, layer checkpointing"] == 11
+    assert ev["largest batch in a fresh process, expandable segments, layer checkpointing"] == 13
+    assert "runs out of memory with the default allocator (it holds 11 in a fresh process)" in v.explanation
+
+
+def test_musa_names_torch_musas_allocator_variable():
+    v = judge(_with_fresh_boundaries(facts_of("h200-llama3-8b-diagnose"), default=11, expandable=13, kind="musa"))
+    assert "PYTORCH_MUSA_ALLOC_CONF=expandable_segments:True" in v.recommendation
+
+
+def test_a_boundary_that_fails_fresh_is_not_prescribed():
+    # the sweep fit 11 after smaller batches; a fresh process holds 10 and nothing measured more
+    v = judge(_with_fresh_boundaries(facts_of("h200-llama3-8b-diagnose"), default=10, expandable=None))
+    assert v.headline.startswith("Use layer checkpointing at batch 10: ")
+    assert "expandable" not in v.recommendation

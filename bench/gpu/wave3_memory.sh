@@ -22,7 +22,7 @@ timeout 60 python3 -m gcdoctor diagnose --no-tui --model llama3-8b --layers 4 --
   --memory-snapshot --no-profile --out $R/snapshot > $R/snapshot.log 2>&1; echo "B rc=$? after $(( $(date +%s) - START )) s"
 timeout 170 python3 bench/memory_fresh_check.py --model qwen2.5-7b --seq-len 2048 --out $R/fresh \
   > $R/fresh.log 2>&1; echo "C rc=$? after $(( $(date +%s) - START )) s"
-tar czf $OUT/res-wave3-memory.tgz -C /tmp resm
+tar czf $OUT/res-wave3-memory.tgz --exclude="*.pickle" -C /tmp resm; ls -la $R/snapshot/memory 2>/dev/null
 echo "== A: --memory-limit 48GB"; grep -v USDT $R/limit48.log | sed -n '/^GC004 \[/,$p' | cut -c1-160
 echo "== B: snapshot"; python3 - <<'PY'
 import json

@@ -11,8 +11,11 @@
 # the exit code.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-if [ "${LOCAL_TEST:-0}" != 1 ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$PWD/.whl"; fi
-R=/tmp/w3p; rm -rf "$R"; mkdir -p "$R/src"
+R=/tmp/w3p; rm -rf "$R"; mkdir -p "$R/src" "$R/whl"
+# the carried wheels, less DeepSpeed's built wheel: the install builds DeepSpeed from its sdist as
+# a user's would (with CPU Adam compiled), not from the wheel setup.sh uses
+for f in .whl/*; do case "$f" in *deepspeed-*.whl) ;; *) ln -s "$PWD/$f" "$R/whl/";; esac; done
+if [ "${LOCAL_TEST:-0}" != 1 ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$R/whl"; fi
 # a clean copy of the checkout (no .venv), as a user's fresh clone would be
 tar --exclude=./.venv --exclude=./.whl --exclude=./build --exclude='./*.egg-info' -cf - . | tar -xf - -C "$R/src"
 cd "$R/src" || exit 1

@@ -250,6 +250,7 @@ def _read_step(t: TraceTables, s0: int, s1: int, final: int, rt_names: np.ndarra
         cum = np.cumsum(w) / total  # share of the extra host time spent before each launch's end
         segments = []
         for i in range(len(sync_starts)):
+            m = seg_of == i
             base = seg_start_host[i]
             share_at_sync = float(cum[seg_of <= i][-1]) if (seg_of <= i).any() else 0.0
             share_at_start = float(cum[seg_of < i][-1]) if (seg_of < i).any() else 0.0
