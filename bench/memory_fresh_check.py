@@ -20,7 +20,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gcdoctor import memory as M  # noqa: E402
 from gcdoctor.models import load_spec  # noqa: E402

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gcdoctor.config import RunConfig, parse_size  # noqa: E402
 

@@ -26,12 +26,10 @@ import argparse
 import gc
 import json
 import platform
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gcdoctor import memory as M  # noqa: E402
 from gcdoctor.models import load_spec  # noqa: E402

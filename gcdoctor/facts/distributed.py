@@ -73,7 +73,7 @@ class CommMetrics:
     collectives: dict[str, CollectiveCount] = field(default_factory=dict)  # by KINDS
     # device side (None with `device_unavailable` set on a CPU/gloo trace), microseconds per step
     device_unavailable: str | None = None
-    comm_kernel_count: int | None = None  # per step
+    comm_kernel_count: float | None = None  # per step (a mean over the steps)
     comm_busy_us: float | None = None  # union of the communication kernels
     comm_exposed_us: float | None = None  # communication with no compute kernel running beside it
     comm_overlap_compute_us: float | None = None  # comm_busy - comm_exposed
