@@ -6,7 +6,9 @@ Each screenshot replays a real run's events.jsonl into the dashboard (fixed cloc
 Textual's SVG and converts it to PNG with rsvg-convert (apt librsvg2-bin) or headless
 Chromium, whichever is present. Give --monitor-run a directory recorded by
 `gcdoctor monitor --no-tui --seconds 30 --out DIR` beside a training job on a GPU machine
-to add the GPU monitor screen.
+to add the GPU monitor screen. Give --full-run DIR (a full `gcdoctor diagnose` recorded on a GPU)
+with --verdicts REPORT.json (`gcdoctor analyze DIR`'s report.json) to add that run's screens, its
+live verdicts replaced by those of the rules as they are now.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gcdoctor.events import MeasurementRecorded, StepMeasured, read_events
+from gcdoctor.events import MeasurementRecorded, RunFinished, StepMeasured, VerdictIssued, read_events
 from gcdoctor.tui.replay import _screenshot, make_app
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,10 +55,29 @@ def to_png(svg: Path, png: Path) -> None:
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+def rejudged(events_path: Path, report_json: Path) -> list:
+    """The recorded events with their VerdictIssued events replaced by a later judgement's verdicts
+    (issued where the run finished), so a screenshot shows what the rules say now."""
+    import json
+    verdicts = json.loads(report_json.read_text())["verdicts"]
+    out = [e for e in read_events(str(events_path)) if not isinstance(e, VerdictIssued)]
+    end = next((i for i, e in enumerate(out) if isinstance(e, RunFinished)), len(out))
+    counts: dict[str, int] = {}
+    for v in verdicts:
+        key = v["severity"] if v["status"] == "fired" else ("ok" if v["status"] == "passed" else v["status"])
+        counts[key] = counts.get(key, 0) + 1
+    if end < len(out):
+        out[end].verdict_counts = counts
+    return out[:end] + [VerdictIssued(v) for v in verdicts] + out[end:]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(REPO / "docs" / "screenshots"))
     ap.add_argument("--monitor-run", help="a monitor run directory recorded on a GPU machine")
+    ap.add_argument("--full-run", help="a full diagnose run directory recorded on a GPU machine (with --verdicts)")
+    ap.add_argument("--verdicts", help="report.json of `gcdoctor analyze` of --full-run")
+    ap.add_argument("--only-full", action="store_true", help="only the --full-run screens")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -71,6 +92,12 @@ def main() -> None:
         ("help-80x24", h200, None, None, (80, 24), ["question_mark"], None),
         ("monitor-cpu-100x30", list(read_events(str(MONITOR_CPU))), "monitor", None, (100, 30), [], None),
     ]
+    if args.only_full:
+        shots = []
+    if args.full_run:
+        full = rejudged(Path(args.full_run) / "events.jsonl", Path(args.verdicts))
+        shots += [("diagnose-h200-full-80x24", full, None, None, (80, 24), [], None),
+                  ("diagnose-h200-full-verdict-80x24", full, None, None, (80, 24), ["v", "enter"], None)]
     if args.monitor_run:
         run = Path(args.monitor_run)
         events = list(read_events(str(run / "events.jsonl")))

@@ -91,7 +91,9 @@ class SweepProbe:
             if cfg.memory_snapshot and variant == "gc" and best and model is not None:
                 ctx.progress(self.name, variant, best, message="memory snapshot")
                 self._memory_snapshot(ctx, variant, best, model, facts)
-            del model
+            # the step factory and `measure` hold the model too: drop all three, or the model stays
+            # on the device through the next variant's build and the probes after the sweep
+            del model, make_step, measure
             free_memory(ctx.backend)
             facts.search_seconds[variant] = round(time.monotonic() - t_variant, 1)
             ctx.save()

@@ -9,6 +9,23 @@ from gcdoctor.rules._sweep import gib
 VARIANT = {"no_gc": "without checkpointing", "gc": "with checkpointing"}
 
 
+def held_beside_bytes(facts: Facts) -> int | None:
+    """Device memory held outside the fresh processes while they ran, beyond one device context
+    (gcdoctor's own process, or another job): what they had less than a training job alone on
+    the device. An OOM there says nothing of a lone job when this is large; a fit still holds."""
+    al = facts.allocator
+    if al is None or al.parent_device_bytes is None:
+        return None
+    mm = facts.memory_model
+    context = mm.context_bytes if mm is not None and mm.context_bytes else 0
+    return max(0, al.parent_device_bytes - context)
+
+
+def fresh_ooms_conclusive(facts: Facts, max_held_gib: float) -> bool:
+    held = held_beside_bytes(facts)
+    return held is None or held <= max_held_gib * 2**30
+
+
 class AllocatorBoundaryRule(Rule):
     """What it checks:
     For each variant (checkpointing off and on), the largest batch measured in fresh processes:
@@ -40,7 +57,12 @@ class AllocatorBoundaryRule(Rule):
     title = "Allocator boundary"
     requires = ("allocator.boundaries",)
     topic = "allocator"
-    defaults: dict[str, float] = {}
+    defaults = {
+        # device memory held beside the fresh processes beyond one device context (gcdoctor's own
+        # process's context is subtracted): above this an OOM in them is not what a job alone on
+        # the device meets, so only their fits are judged
+        "max_held_gib": 1.0,
+    }
 
     def check(self, facts: Facts, t: dict[str, float]):
         al = facts.allocator
@@ -49,10 +71,10 @@ class AllocatorBoundaryRule(Rule):
             d, e = al.get(variant, "default"), al.get(variant, "expandable")
             if d is None and e is None:
                 continue
-            out.append(self._one(facts, variant, d, e))
+            out.append(self._one(facts, variant, d, e, fresh_ooms_conclusive(facts, t["max_held_gib"])))
         return out or self.inconclusive("no variant was measured in a fresh process")
 
-    def _one(self, facts: Facts, variant: str, d, e):
+    def _one(self, facts: Facts, variant: str, d, e, conclusive: bool = True):
         ev = []
         for b, label in ((d, "default allocator"), (e, "expandable segments")):
             if b is None:
@@ -71,6 +93,16 @@ class AllocatorBoundaryRule(Rule):
         what = VARIANT[variant]
         EXPANDABLE = expandable_setting(facts.environment.device_kind)
         fresh = d.largest_batch if d is not None else None
+        held = held_beside_bytes(facts)
+        if held is not None:
+            ev.append(Evidence("device memory held beside the fresh processes (beyond a context)", gib(held), "GiB"))
+        if not conclusive and d is not None and (fresh is None or d.order_moves_boundary):
+            v = self.inconclusive(
+                f"{what}: {gib(held):.1f} GiB of device memory was held beside the fresh processes (beyond a "
+                f"device context): their OOMs below the sweep's batch {found} do not say a job alone on the device "
+                "fails there", subject=variant)
+            v.evidence = ev
+            return v
         if d is not None and d.order_moves_boundary and fresh is not None:
             return self.fired(
                 "warning", f"{what.capitalize()}, batch {found} fits only after smaller batches: a job that starts "

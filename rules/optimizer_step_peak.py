@@ -12,9 +12,10 @@ SETTING = {"adamw-forloop": "torch.optim.AdamW(params, foreach=False)",
 
 class OptimizerStepPeakRule(Rule):
     """What it checks:
-    Whether the training step's memory peak, with layer checkpointing at the batch you train
-    (--target-batch, else the probe batch), is the optimizer step's rather than the forward's or
-    the backward's, and what the other AdamW implementations, measured at that batch, make of it:
+    Whether the training step's memory peak, with layer checkpointing at the probe's batch, is
+    the optimizer step's rather than the forward's or the backward's, whether it still is at the
+    batch you train (--target-batch, else the largest that fits: the optimizer step's peak does not
+    grow with the batch, the forward/backward's does), and what the other AdamW implementations, measured at that batch, make of it:
     peak and step time of foreach=False and fused=True against the default (foreach).
 
     Why it matters:
@@ -46,6 +47,18 @@ class OptimizerStepPeakRule(Rule):
         # speeds it up; foreach=False usually costs a few percent)
         "max_slowdown_pct": 10.0,
     }
+
+    @staticmethod
+    def _trained_point(facts: Facts, probe_batch: int):
+        """The sweep's checkpointed point at the batch a job trains (--target-batch, else the
+        largest that fits), where it is another batch than the probe's and was measured."""
+        s = facts.sweep
+        if s is None:
+            return None
+        batch = s.target_batch or s.max_batch.get("gc")
+        if not batch or batch == probe_batch:
+            return None
+        return s.get("gc", batch)
 
     def check(self, facts: Facts, t: dict[str, float]):
         opt = facts.optimizer
@@ -89,6 +102,17 @@ class OptimizerStepPeakRule(Rule):
                               line=f"optimizer step is the peak at batch {b}: checkpointing cannot lower it")
         name, m, saving, dt = best
         cost = "" if dt is None else f", step {dt:+.0f}%"
+        trained = self._trained_point(facts, b)
+        if trained is not None and (trained.peak_fwd_bwd_allocated_bytes or 0) > op:
+            # the optimizer peak is batch-independent: at the batch trained the forward/backward is higher
+            ev.append(Evidence(f"forward/backward peak at batch {trained.batch_size} (the batch trained)",
+                               gib(trained.peak_fwd_bwd_allocated_bytes), "GiB"))
+            return self.fired(
+                "info", f"At batch {trained.batch_size} the forward/backward is the peak, not the optimizer step; "
+                f"{LABEL[name]} still {'speeds the step' if dt is not None and dt < 0 else 'lowers the optimizer peak'}"
+                f" ({'-' + format(saving, '.0f') + '% optimizer-step peak'}{cost} at batch {b})", ev, why,
+                f"Use {SETTING[name]}{cost.replace(', step', ': step time')} at batch {b}.",
+                line=f"{LABEL[name]}: optimizer-step peak -{saving:.0f}%{cost} (measured at batch {b})")
         return self.fired(
             "warning", f"{head}; {LABEL[name]} peaks at {gib(m.peak_allocated_bytes):.1f} GiB (-{saving:.0f}%{cost})",
             ev, why, f"Use {SETTING[name]}: {gib(base.peak_allocated_bytes - m.peak_allocated_bytes):.1f} GiB lower "

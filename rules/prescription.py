@@ -20,6 +20,7 @@ class Policy:
     # starting at it can rely on with the default allocator, and with expandable segments
     reliable: int | None = None
     expandable: int | None = None
+    fresh_default: int | None = None  # what the fresh default-allocator process measured (0: none fit)
 
     @property
     def name(self) -> str:
@@ -39,10 +40,12 @@ class Policy:
                 and batch <= self.expandable)
 
 
-def _policy(facts: Facts, variant: str) -> Policy | None:
+def _policy(facts: Facts, variant: str, conclusive: bool = True) -> Policy | None:
     """The policy as measured: the sweep's points and boundary, the allocator probe's fresh
     processes where it ran (their boundary replaces the sweep's in-process one, and their points
-    above the sweep's boundary are added)."""
+    above the sweep's boundary are added). Not `conclusive` (memory was held beside the fresh
+    processes): a default-allocator OOM there does not lower what a job can rely on below the
+    sweep's boundary; their fits still count."""
     s = facts.sweep
     points = {m.batch_size: m for m in s.measurements if m.variant == variant and m.fits and m.tokens_per_s}
     largest = s.max_batch.get(variant) if s.searched else max(points, default=None)
@@ -54,7 +57,9 @@ def _policy(facts: Facts, variant: str) -> Policy | None:
         return p
     d, e = al.get(variant, "default"), al.get(variant, "expandable")
     if d is not None:
-        p.reliable = d.largest_batch or 0
+        p.reliable = p.fresh_default = d.largest_batch or 0
+        if not conclusive:
+            p.reliable = max(p.reliable, s.max_batch.get(variant) or 0)
     if e is not None and e.largest_batch:
         p.expandable = e.largest_batch
     for run in al.runs:
@@ -118,11 +123,16 @@ class PrescriptionRule(Rule):
         # a difference between policies below this is within what a median of a few steps resolves
         # (the H200 sweep's steps spread by 0.1-1.8%; GC001 allows 15% before refusing)
         "min_difference_pct": 3.0,
+        # as GC009: memory held beside the allocator probe's fresh processes above which their
+        # default-allocator OOMs do not lower the boundary a job can rely on
+        "max_held_gib": 1.0,
     }
 
     def check(self, facts: Facts, t: dict[str, float]) -> Verdict:
         s = facts.sweep
-        policies = [p for p in (_policy(facts, v) for v in ("no_gc", "gc")) if p is not None]
+        from gcdoctor.rules.allocator_boundary import fresh_ooms_conclusive
+        conclusive = fresh_ooms_conclusive(facts, t["max_held_gib"])
+        policies = [p for p in (_policy(facts, v, conclusive) for v in ("no_gc", "gc")) if p is not None]
         timed = [p for p in policies if p.points]
         if len(timed) < 2:
             only = timed[0].name if timed else "no policy"
@@ -141,8 +151,13 @@ class PrescriptionRule(Rule):
         for p in policies:
             best = p.best()
             ev.append(Evidence(f"largest batch, {p.name}", p.largest))
-            if p.reliable is not None:
-                ev.append(Evidence(f"largest batch in a fresh process, default allocator, {p.name}", p.reliable))
+            if p.fresh_default is not None:
+                ev.append(Evidence(f"largest batch in a fresh process, default allocator, {p.name}",
+                                   p.fresh_default or "none measured fits"))
+            if p.reliable is not None and p.reliable != p.fresh_default:
+                ev.append(Evidence(f"relied on, default allocator, {p.name}",
+                                   f"{p.reliable} (the sweep's: memory held beside the fresh processes makes their "
+                                   "OOMs inconclusive)"))
             if p.expandable is not None:
                 ev.append(Evidence(f"largest batch in a fresh process, expandable segments, {p.name}",
                                    p.expandable))

@@ -103,6 +103,8 @@ def test_at_most_three_device_findings_and_the_rest_counted():
     ("h200-llama3-8b-diagnose", "critical", ["--fail-on-experiments"], 1),
     ("h200-llama3-8b-2layers-sweep", "warning", [], 1),  # GC002: the loss, not the layers, is the peak
     ("h200-llama3-8b-2layers-sweep", "critical", [], 0),
+    ("h200-llama3-8b-diagnose-w3", "warning", [], 0),  # every default probe, allocator and optimizer too
+    ("h200-llama3-8b-diagnose-w3", "warning", ["--fail-on-experiments"], 1),
 ])
 def test_fail_on_judges_the_configuration(tmp_path, run, fail_on, extra, code):
     from gcdoctor.cli import main

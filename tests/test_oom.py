@@ -163,3 +163,35 @@ def test_after_an_oom_inside_a_step_memory_is_exactly_back(micro_llama, tmp_path
             assert not m.fits and m.oom.kind == "capacity" and m.oom.phase in ("forward", "backward", "optimizer")
             assert m.oom.allocated_bytes + m.oom.request_bytes > m.oom.allowed_bytes
             assert m.allocated_after_bytes == m.allocated_before_bytes == fit.allocated_before_bytes
+
+
+def test_the_sweep_leaves_no_model_alive(micro_llama, tmp_path):
+    """Each variant's model is freed when its search ends: the next variant's build, the allocator
+    probe's fresh processes and the probes after the sweep get the device without it (on the H200 the checkpointed
+    variant's 8B model, 15.8 GiB, once stayed through the allocator probe's processes)."""
+    import gc as pygc
+    import weakref
+
+    from gcdoctor import models
+    built = []
+    real = models.build_model
+
+    alive_at_build = []
+
+    def spy(*a, **kw):
+        pygc.collect()
+        alive_at_build.append(sum(r() is not None for r in built))
+        m = real(*a, **kw)
+        built.append(weakref.ref(m))
+        return m
+
+    cfg = RunConfig(device="cpu", model=micro_llama, probes=["sweep"], seq_len=32, profile=False, measure_steps=1,
+                    warmup_steps=1, out=str(tmp_path / "r"), telemetry_hz=5.0, batch_sizes=[1, 2])
+    s = Session(cfg)
+    models.build_model = spy
+    try:
+        s.run()
+    finally:
+        models.build_model = real
+    # the checkpointed variant's model is built with none alive
+    assert alive_at_build == [0, 0]
