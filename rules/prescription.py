@@ -135,8 +135,9 @@ class PrescriptionRule(Rule):
         policies = [p for p in (_policy(facts, v, conclusive) for v in ("no_gc", "gc")) if p is not None]
         timed = [p for p in policies if p.points]
         if len(timed) < 2:
-            only = timed[0].name if timed else "no policy"
-            return self._cannot(f"only {only} was measured: nothing to choose between", [])
+            if not timed:
+                return self._cannot("no policy completed a timed step: nothing to choose between", [])
+            return self._cannot(f"only {timed[0].name} was measured: nothing to choose between", [])
         largest = [p.largest for p in policies if p.largest is not None]
         if s.target_batch is not None:
             target, why = s.target_batch, "--target-batch"
