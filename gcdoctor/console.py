@@ -1,7 +1,9 @@
 """Plain console front end (--no-tui, CI, logs, ssh): prints the session's events as they come."""
 from __future__ import annotations
 
+import shutil
 import sys
+import textwrap
 import threading
 import time
 from typing import Any, TextIO
@@ -23,12 +25,19 @@ class ConsolePrinter:
         self._lock = threading.Lock()
         self._t0 = time.monotonic()
         self._progress_shown = False
+        # a line a person reads fits the terminal: its width on one, 80 columns in a log or a pipe
+        self.width = shutil.get_terminal_size((80, 24)).columns if self.tty else 80
 
     def _line(self, text: str) -> None:
         if self._progress_shown:
             self.out.write("\r\033[K")
             self._progress_shown = False
-        self.out.write(f"[{time.monotonic() - self._t0:6.1f}s] {term_escape(text)}\n")
+        stamp = f"[{time.monotonic() - self._t0:6.1f}s] "
+        body = term_escape(text)
+        lead = len(body) - len(body.lstrip(" "))
+        lines = textwrap.wrap(body, max(self.width - len(stamp), 30), subsequent_indent=" " * (lead + 4),
+                              break_long_words=False, break_on_hyphens=False, drop_whitespace=True) or [""]
+        self.out.write(stamp + lines[0] + "\n" + "".join(" " * len(stamp) + ln + "\n" for ln in lines[1:]))
         self.out.flush()
 
     def __call__(self, ev: Any) -> None:

@@ -10,6 +10,11 @@ SETTING = {"adamw-forloop": "torch.optim.AdamW(params, foreach=False)",
            "adamw-fused": "torch.optim.AdamW(params, fused=True)"}
 
 
+def _size(n: float) -> str:
+    """Bytes as a person reads them: GiB to one decimal, MiB below 1 GiB (a small model's saving)."""
+    return f"{n / 2**30:.1f} GiB" if abs(n) >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
 class OptimizerStepPeakRule(Rule):
     """What it checks:
     Whether the training step's memory peak, with layer checkpointing at the probe's batch, is
@@ -91,8 +96,8 @@ class OptimizerStepPeakRule(Rule):
         for name, p in opt.predicted_peak_bytes.items():
             ev.append(Evidence(f"predicted peak, {LABEL.get(name, name)}", gib(p), "GiB"))
         ev.append(Evidence("step time (foreach)", base.step_ms_median, "ms"))
-        head = (f"At batch {b} the step's peak is the optimizer step ({gib(base.peak_allocated_bytes):.1f} GiB, "
-                f"forward/backward {gib(fb):.1f} GiB): checkpointing cannot lower it")
+        head = (f"At batch {b} the step's peak is the optimizer step ({_size(base.peak_allocated_bytes)}, "
+                f"forward/backward {_size(fb)}): checkpointing cannot lower it")
         why = ("foreach AdamW makes one parameter-sized temporary per parameter (torch._foreach_sqrt) while the "
                "gradients are alive; recomputation only shrinks what the forward saves.")
         if best is None:
@@ -114,7 +119,7 @@ class OptimizerStepPeakRule(Rule):
                 f"Use {SETTING[name]}{cost.replace(', step', ': step time')} at batch {b}.",
                 line=f"{LABEL[name]}: optimizer-step peak -{saving:.0f}%{cost} (measured at batch {b})")
         return self.fired(
-            "warning", f"{head}; {LABEL[name]} peaks at {gib(m.peak_allocated_bytes):.1f} GiB (-{saving:.0f}%{cost})",
-            ev, why, f"Use {SETTING[name]}: {gib(base.peak_allocated_bytes - m.peak_allocated_bytes):.1f} GiB lower "
+            "warning", f"{head}; {LABEL[name]} peaks at {_size(m.peak_allocated_bytes)} (-{saving:.0f}%{cost})",
+            ev, why, f"Use {SETTING[name]}: {_size(base.peak_allocated_bytes - m.peak_allocated_bytes)} lower "
                      f"peak at batch {b}{cost.replace(', step', ', step time')}.",
             line=f"optimizer step is the peak at batch {b}: {LABEL[name]} -{saving:.0f}%{cost}")

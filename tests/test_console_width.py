@@ -32,3 +32,20 @@ def test_the_summary_of_every_recorded_run_fits_80_columns_and_starts_with_the_b
 def test_rules_and_explain_fit_80_columns(argv, capsys):
     assert main(argv) == 0
     assert widest(capsys.readouterr().out) <= 80
+
+
+def test_the_live_log_wraps_at_80_columns_off_a_terminal():
+    import io
+
+    from gcdoctor.console import ConsolePrinter
+    from gcdoctor.events import VerdictIssued
+    out = io.StringIO()
+    printer = ConsolePrinter(out)
+    printer(VerdictIssued({"severity": "ok", "code": "GC005", "headline": "Without checkpointing, batches up to 4 "
+                           "fit (it costs -24% step time): at that batch or smaller checkpointing is unneeded "
+                           "(pass --target-batch N for a verdict on yours)"}))
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3 and all(len(ln) <= 80 for ln in lines)
+    assert lines[0].endswith("[ok] GC005 Without checkpointing, batches up to 4 fit (it costs -24%")
+    assert lines[1] == " " * 14 + "step time): at that batch or smaller checkpointing is unneeded"
+    assert lines[2] == " " * 14 + "(pass --target-batch N for a verdict on yours)"
