@@ -39,6 +39,20 @@ def test_h200_each_recorded_cause_is_named_by_its_rule(cause, code, words):
     assert not {"GC020", "GC010", "GC023"} & set(f)  # no offload, no checkpointing, no setup in steady state
 
 
+def test_h200_a_slow_loader_after_a_draining_copy_is_data_not_sync():
+    """The Trainer with a 60 ms-per-sample Dataset (samples/watch/h200-w3/trainer-slow-data): each
+    step's batch copy (aten::to, a pageable cudaStreamSynchronize) empties the queue just before
+    accelerate fetches the next batch (enumerate(DataLoader), 121-123 ms). The device waits on the
+    loader: GC024, not GC022 (which once named it "synchronisations 57%")."""
+    path = H200 / "trainer-slow-data.json.gz"
+    f = fired(path)
+    assert "GC024" in f and "GC022" not in f
+    assert f["GC024"].headline == "trace: the device waits on the DataLoader 56% of the step"
+    steady = compute_metrics(load_trace(path))["all"].host_idle
+    assert steady.data_us == pytest.approx(243611.3, abs=0.5)
+    assert steady.sync_us < 0.02 * steady.data_us
+
+
 def test_h200_item_names_the_fix():
     v = fired(H200 / "item.json.gz")["GC022"]
     assert "every N steps" in v.recommendation

@@ -271,14 +271,27 @@ class HostIdleAnalyzer:
             drained = ((k >= 0) & (g0 > iv.NEG) & (self.sync_reach[kc] >= g0 - SYNC_TOLERANCE_NS)
                        & (self.g_launch[gi] > g0))
             call = np.where(drained, self.sync_rows[self.sync_arg[kc]], -1)
-        sync_len = np.where(drained, b - a, 0)
-        out[SYNC] += int(sync_len.sum())
         if drained.any():
             names = self.t.names
             rt = self.t.runtime
+            tids = self.g_tid[gi]
             for j in np.flatnonzero(drained).tolist():
                 r = int(call[j])
-                us = float(b[j] - a[j]) / 1e3
+                piece = int(b[j] - a[j])
+                # the sync emptied the queue, but where the host then sat in a DataLoader range or in
+                # setup calls, that is what the device waited for: removing the sync would not hide it
+                tid = int(tids[j]) if tids[j] >= 0 else (self.main_tid if self.main_tid is not None else -1)
+                if tid >= 0:
+                    parts = self._thread(tid).split(a[j:j + 1], b[j:j + 1])
+                    out[DATA] += int(parts[DATA])
+                    out[SETUP] += int(parts[SETUP])
+                    if parts[SETUP]:
+                        self._setup_names(h, tid, a[j:j + 1], b[j:j + 1])
+                    piece -= int(parts[DATA] + parts[SETUP])
+                out[SYNC] += piece
+                if piece <= 0:
+                    continue
+                us = float(piece) / 1e3
                 cname = names[rt.name_id[r]]
                 h.sync_calls[cname] = h.sync_calls.get(cname, 0.0) + us
                 op = self._outer_op(int(rt.tid[r]), int(rt.start_ns[r]))
