@@ -33,7 +33,8 @@ def test_sweep_rows_are_the_measurements(run):
             assert r[2:4] == ["fits", m.step_ms_median] and r[5:8] == [m.tokens_per_s, m.mfu, m.peak_allocated_bytes]
             assert r[9] == m.activation_peak_bytes
         else:
-            assert r[2] == f"OOM ({m.oom_phase})" and r[3] is None
+            kind = f", {m.oom.kind}" if m.oom is not None and m.oom.kind != "unknown" else ""
+            assert r[2] == f"OOM ({m.oom_phase}{kind})" and r[3] is None
 
 
 def test_sweep_headline_numbers_of_the_h200_run():

@@ -49,7 +49,8 @@ ALLOCATOR = Section(
                              Column("peak allocated", "bytes"), Column("peak reserved", "bytes"),
                              Column("predicted", "int"), Column("sweep (one process)", "int"),
                              Column("order moved it", "text")], _boundary_rows),
-        Table("fresh-runs", [Column("variant", key=True), Column("allocator", key=True), Column("batches", "text"),
+        Table("fresh-runs", [Column("variant", key=True), Column("allocator", key=True),
+                             Column("batches", "text", key=True),
                              Column("process wall", "s"), Column("run directory", "text"), Column("error", "text")],
               _run_rows, title="The fresh processes", fold=True)],
     topics=("allocator",))
