@@ -18,7 +18,7 @@ are invisible on the CPU and are added for CUDA/MUSA from the kernels' source.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from gcdoctor.errors import UserError
 
@@ -972,6 +972,12 @@ def max_batch(spec: Any, limit_bytes: int, seq_len: int, dtype: str = "bf16", op
         wl = Workload(b, seq_len, dtype, optimizer, gc, device, master_weights, keep_logits, policy)
         return predict(spec, wl).peak_bytes <= limit_bytes
 
+    return largest_fitting(fits, cap)
+
+
+def largest_fitting(fits: Callable[[int], bool], cap: int) -> int:
+    """The largest batch up to `cap` for which `fits` holds, `fits` being monotonic (0: not even 1):
+    a doubling, then a bisection."""
     if not fits(1):
         return 0
     lo, hi = 1, 2
@@ -981,10 +987,7 @@ def max_batch(spec: Any, limit_bytes: int, seq_len: int, dtype: str = "bf16", op
         return lo
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
     return lo
 
 

@@ -155,17 +155,7 @@ def max_batch_per_rank(spec: Any, limit_bytes: int, seq_len: int, sh: ShardedSta
         return per_rank_peak(M.predict(spec, M.Workload(b, seq_len, dtype, optimizer, gc, device, master_weights)),
                              sh) <= limit_bytes
 
-    if not fits(1):
-        return 0
-    lo, hi = 1, 2
-    while hi <= cap and fits(hi):
-        lo, hi = hi, hi * 2
-    if hi > cap:
-        return lo
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
+    return M.largest_fitting(fits, cap)
 
 
 # -- gcdoctor plan --shard N ---------------------------------------------------------------------------
