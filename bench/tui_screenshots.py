@@ -51,7 +51,7 @@ def to_png(svg: Path, png: Path) -> None:
     if chrome is None:
         sys.exit("need rsvg-convert (apt-get install -y librsvg2-bin) or chromium to convert SVG to PNG")
     subprocess.run([chrome, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    f"--screenshot={png}", f"--window-size={w},{h}", svg.name], check=True, cwd=svg.parent,
+                    f"--screenshot={png.resolve()}", f"--window-size={w},{h}", svg.name], check=True, cwd=svg.parent,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

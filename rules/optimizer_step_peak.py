@@ -117,7 +117,8 @@ class OptimizerStepPeakRule(Rule):
                 f"{LABEL[name]} still {'speeds the step' if dt is not None and dt < 0 else 'lowers the optimizer peak'}"
                 f" ({'-' + format(saving, '.0f') + '% optimizer-step peak'}{cost} at batch {b})", ev, why,
                 f"Use {SETTING[name]}{cost.replace(', step', ': step time')} at batch {b}.",
-                line=f"{LABEL[name]}: optimizer-step peak -{saving:.0f}%{cost} (measured at batch {b})")
+                line=(f"{LABEL[name]}:{cost.replace(',', '')}, optimizer-step peak -{saving:.0f}% (batch {b})"
+                      if cost else f"{LABEL[name]}: optimizer-step peak -{saving:.0f}% (batch {b})"))
         return self.fired(
             "warning", f"{head}; {LABEL[name]} peaks at {_size(m.peak_allocated_bytes)} (-{saving:.0f}%{cost})",
             ev, why, f"Use {SETTING[name]}: {_size(base.peak_allocated_bytes - m.peak_allocated_bytes)} lower "

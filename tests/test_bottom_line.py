@@ -109,3 +109,11 @@ def test_at_most_three_device_findings_and_the_rest_counted():
 def test_fail_on_judges_the_configuration(tmp_path, run, fail_on, extra, code):
     from gcdoctor.cli import main
     assert main(["analyze", str(SAMPLES / run), "--out", str(tmp_path / "out"), "--fail-on", fail_on] + extra) == code
+
+
+def test_a_device_finding_left_out_for_room_is_counted_below():
+    v = [Verdict(f"GC0{i}", "s", "fired", "warning", f"h{i}", subject=f"x{i}", scope=EXPERIMENT,
+                 line=f"finding {i}", topic="granularity") for i in range(10, 16)]
+    rows = bottom_line(v, "t", max_lines=5)  # the title, "nothing judged", two findings, the pointer
+    assert [r.text for r in rows if r.mark == "dev"] == ["finding 10", "finding 11"]
+    assert rows[-1].text == "4 more experiment findings (granularity 4) below"

@@ -136,3 +136,37 @@ def test_monitor_run_follows_a_run_directory_and_quits_without_waiting(tmp_path:
     run(go())
     source.join(5)
     assert source.done.is_set()
+
+
+def test_when_the_run_finishes_the_answer_is_highlighted_not_the_first_verdict_issued():
+    """An experiment's critical verdict issued first keeps no hold on the list once the run is
+    over: the bottom line's first verdict row is highlighted, the list at its top."""
+    from gcdoctor.events import RunStarted
+    events = [
+        RunStarted("/tmp/r", "diagnose", {"model": "m"}, {"device_name": "d", "device_kind": "cuda"}),
+        VerdictIssued({"code": "GC020", "slug": "offload-stall", "status": "fired", "severity": "critical",
+                       "headline": "offload variant stalls", "subject": "save_on_cpu", "scope": "experiment",
+                       "topic": "offload", "line": "CPU offload costs +191 % here"}),
+        *[VerdictIssued({"code": f"GC04{i}", "slug": "x", "status": "inconclusive", "severity": "inconclusive",
+                         "headline": f"not judged {i}", "subject": "", "scope": "configuration"})
+          for i in range(8)],
+        VerdictIssued({"code": "GC001", "slug": "recompute-overhead", "status": "passed", "severity": "ok",
+                       "headline": "costs 23 %", "subject": "", "scope": "configuration",
+                       "line": "checkpointing costs +23 % step time"}),
+        RunFinished("/tmp/r", False, None, "/tmp/r/report.html"),
+    ]
+
+    async def go():
+        app = DashboardApp(ReplaySource(events), clock=lambda: 0.0)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            app.flush()
+            await pilot.pause()
+            vl = app.query_one(VerdictList)
+            assert vl.keys[vl.highlighted] == ("GC001", "")
+            assert vl.keys.index(("GC001", "")) < vl.keys.index(("", "sep"))
+            # below the answer: yours (the eight not judged) before the experiment's critical
+            below = vl.keys[vl.keys.index(("", "sep")):]
+            assert below.index(("GC040", "")) < below.index(("GC020", "save_on_cpu"))
+
+    run(go())

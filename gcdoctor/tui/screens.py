@@ -32,8 +32,8 @@ PANELS = {
         ("Probe", "the experiment in progress: variant, batch, step, a progress bar and the time left, "
                   "estimated from the median step of the point being measured."),
         ("Measurements", "one row per measured point: step time, peak memory, tokens/s, MFU; OOM rows in red."),
-        ("Verdicts", "findings as the rules issue them, most severe first (✖ critical, ▲ warning, ● info, "
-                     "✔ ok)."),
+        ("Verdicts", "findings as the rules issue them: your configuration's, then the experiments', most "
+                     "severe first (✖ critical, ▲ warning, ● info, ✔ ok)."),
         ("Log", "what the run is doing, warnings and errors."),
     ],
     "monitor": [

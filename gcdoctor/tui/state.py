@@ -329,9 +329,11 @@ class DashboardState:
         return bottom_line(verdicts, title_from_settings(self.settings, self.environment), problems, width=width)
 
     def sorted_verdicts(self) -> list[VerdictEntry]:
-        """Most severe first; among equals, in the order they first appeared."""
+        """The configuration's verdicts, then the experiments' (the probes' variants): each most
+        severe first; among equals, in the order they first appeared."""
         return sorted(self.verdicts.values(),
-                      key=lambda e: (SEVERITY_ORDER.get(e.verdict.get("severity", ""), 9), e.order))
+                      key=lambda e: (e.verdict.get("scope") == "experiment",
+                                     SEVERITY_ORDER.get(e.verdict.get("severity", ""), 9), e.order))
 
     def elapsed_s(self) -> float | None:
         if self.started_at is None:

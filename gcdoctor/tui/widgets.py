@@ -201,7 +201,8 @@ def verdict_prompt(entry: VerdictEntry) -> Content:
 
 
 class VerdictList(OptionList):
-    """Verdicts as they are issued, most severe first; Enter opens one."""
+    """Verdicts as they are issued: the configuration's, then the experiments', each most severe
+    first; Enter opens one."""
 
     def __init__(self, state: DashboardState, placeholder: str = "No verdicts yet: they appear as each probe "
                  "finishes.", **kw: Any) -> None:
@@ -209,6 +210,7 @@ class VerdictList(OptionList):
         self.state = state
         self.placeholder = placeholder
         self.keys: list[tuple[str, str]] = []
+        self._answered = False  # the bottom line has been shown (the run finished)
 
     def on_mount(self) -> None:
         self.sync()
@@ -228,13 +230,25 @@ class VerdictList(OptionList):
                 style = "bold" if row.title else BOTTOM_STYLE.get(row.mark, "")
                 self.add_option(Option(Content.styled(row.render(width), style), disabled=key is None))
             self.keys.append(("", "sep"))
-            self.add_option(Option(Content.styled("─ every verdict, most severe first ─", "dim"), disabled=True))
+            self.add_option(Option(Content.styled("─ every verdict: yours, then the experiments' ─", "dim"), disabled=True))
         self.keys += [e.key for e in entries]
         self.add_options([Option(verdict_prompt(e), id=f"{e.key[0]}|{e.key[1]}") for e in entries])
         if not entries and self.state.finished is None:
             self.add_option(Option(Content.styled(self.placeholder, "dim"), disabled=True))
         elif self.keys:
             selectable = [k for k in self.keys if k in self.state.verdicts]
+            answer = self.state.finished is not None and self.state.command != "monitor"
+            if answer and not self._answered:
+                # the run just finished: the answer is what to read first, whatever was highlighted
+                self._answered = True
+                current = None
+                sep = self.keys.index(("", "sep"))
+                in_answer = [k for k in selectable if self.keys.index(k) < sep]
+                if not in_answer:  # nothing in the bottom line opens a verdict: stay at its top
+                    self.highlighted = None
+                    self.scroll_home(animate=False)
+                    return
+                selectable = in_answer
             if selectable:
                 self.highlighted = self.keys.index(current if current in selectable else selectable[0])
 
