@@ -5,7 +5,8 @@ steps together), the gap is attributed, nanosecond by nanosecond, to one cause:
 
 - sync: the device went idle while the host sat in a synchronising call (cudaStreamSynchronize
   after `.item()`, `.cpu()`, `torch.cuda.synchronize()`, event waits, blocking copies): the queue
-  drained and the whole gap waits for the host to refill it. Also host time inside such a call.
+  drained and the whole gap waits for the host to refill it, except where the host then sits in
+  a DataLoader range or setup calls: that time is data or setup. Also host time inside such a call.
 - setup: the host inside allocator, module-loading or initialisation calls (cudaMalloc, cudaFree,
   cuModuleLoad*, cuLibraryLoad*, device and stream creation, ...).
 - data: the host inside a DataLoader range (`enumerate(DataLoader)#...`).
