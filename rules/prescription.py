@@ -90,8 +90,8 @@ class PrescriptionRule(Rule):
     example: no checkpointing fits batch 2 at X tok/s; layer checkpointing batch 11 at Y tok/s).
     Where the allocator probe measured the boundary in fresh processes, that is the boundary used
     (what a job starting at the batch can rely on), and a batch only expandable segments hold is
-    prescribed with that allocator setting. When the timings are too noisy to rank the policies, or only one was measured, it says so
-    instead of choosing.
+    prescribed with that allocator setting. When the timings are too noisy to rank the policies,
+    or only one was measured, it says so instead of choosing.
 
     Why it matters:
     Checkpointing trades step time for batch. The question a training job needs answered is not
@@ -101,9 +101,9 @@ class PrescriptionRule(Rule):
     faster per token; with it the device runs a larger batch, which some jobs need.
 
     Evidence:
-    Per policy: the largest batch that fits (in fresh processes per allocator, where measured), the batch with the most tokens/s and its tokens/s,
-    tokens/s at the target batch; the target batch and where it came from; the step-to-step spread
-    of the timings compared.
+    Per policy: the largest batch that fits (in fresh processes per allocator, where measured),
+    the batch with the most tokens/s and its tokens/s, tokens/s at the target batch; the target
+    batch and where it came from; the step-to-step spread of the timings compared.
 
     How to fix:
     Use the prescribed policy and batch with the settings given. If your global batch can be
