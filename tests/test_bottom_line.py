@@ -117,3 +117,10 @@ def test_a_device_finding_left_out_for_room_is_counted_below():
     rows = bottom_line(v, "t", max_lines=5)  # the title, "nothing judged", two findings, the pointer
     assert [r.text for r in rows if r.mark == "dev"] == ["finding 10", "finding 11"]
     assert rows[-1].text == "4 more experiment findings (granularity 4) below"
+
+
+def test_a_percentage_is_never_split_from_its_number():
+    from gcdoctor.report.bottom_line import _wrap
+    rows = _wrap("use", "no checkpointing at batch 4: 4,652 tok/s; layer checkpointing 3,656 (-21 %)", None, 80, 3)
+    assert [r.text for r in rows] == ["no checkpointing at batch 4: 4,652 tok/s; layer checkpointing 3,656",
+                                      "(-21 %)"]

@@ -11,6 +11,7 @@ and counts.
 """
 from __future__ import annotations
 
+import re
 import textwrap
 from dataclasses import dataclass
 
@@ -46,7 +47,9 @@ class Row:
 def _wrap(mark: str, text: str, key: tuple[str, str] | None, width: int, max_rows: int = 2) -> list[Row]:
     """A text on one row, or wrapped over at most `max_rows` rows (the last one cut with an ellipsis)."""
     avail = width - MARK_WIDTH - 1
-    parts = textwrap.wrap(" ".join(text.split()), avail) or [""]
+    # a number keeps its unit: never a row ending "-21" and the next starting "%)"
+    glued = re.sub(r"(?<=\d) (?=%)", "\u00a0", " ".join(text.split()))
+    parts = [p.replace("\u00a0", " ") for p in textwrap.wrap(glued, avail)] or [""]
     if len(parts) > max_rows:
         parts = parts[:max_rows]
         last = parts[-1]
