@@ -62,12 +62,6 @@ def rejudged(events_path: Path, report_json: Path) -> list:
     verdicts = json.loads(report_json.read_text())["verdicts"]
     out = [e for e in read_events(str(events_path)) if not isinstance(e, VerdictIssued)]
     end = next((i for i, e in enumerate(out) if isinstance(e, RunFinished)), len(out))
-    counts: dict[str, int] = {}
-    for v in verdicts:
-        key = v["severity"] if v["status"] == "fired" else ("ok" if v["status"] == "passed" else v["status"])
-        counts[key] = counts.get(key, 0) + 1
-    if end < len(out):
-        out[end].verdict_counts = counts
     return out[:end] + [VerdictIssued(v) for v in verdicts] + out[end:]
 
 

@@ -135,9 +135,8 @@ def bottom_line(verdicts: list[Verdict], title: str, problems: list[str] | None 
     for v in prescription:
         blocks.append(("use", _wrap("use" if v.status != "inconclusive" else "?", _text(v),
                                     (v.code, v.subject), width, max_rows=3)))
-    dev_rows = {id(v): _wrap("dev", _text(v), (v.code, v.subject), width) for v in findings}
     for v in findings:
-        blocks.append(("dev", dev_rows[id(v)]))
+        blocks.append(("dev", _wrap("dev", _text(v), (v.code, v.subject), width)))
     if not fired and not errors and not problems and not passed:
         if passed_quiet:  # rules that passed without a line of their own: say they did
             codes = ", ".join(sorted({v.code for v in passed_quiet}))
@@ -163,8 +162,8 @@ def bottom_line(verdicts: list[Verdict], title: str, problems: list[str] | None 
     for _, rows in shown:
         out += rows
     # a device finding left out for room counts among the ones "below"
-    shown_rows = [id(rows) for kind, rows in shown if kind == "dev"]
-    findings = [v for v in findings if id(dev_rows[id(v)]) in shown_rows]
+    shown_dev = {rows[0].key for kind, rows in shown if kind == "dev"}
+    findings = [v for v in findings if (v.code, v.subject) in shown_dev]
     pointer = _pointer(experiments, findings, left_out)
     if pointer:
         out += _wrap("...", pointer, None, width, max_rows=1)
