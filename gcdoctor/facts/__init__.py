@@ -16,6 +16,7 @@ from gcdoctor.facts.jitter import JitterFacts
 from gcdoctor.facts.memory import MemoryModelFacts
 from gcdoctor.facts.monitor import MonitorFacts
 from gcdoctor.facts.offload import OffloadFacts
+from gcdoctor.facts.policies import PolicyFacts
 from gcdoctor.facts.serde import from_dict, to_dict
 from gcdoctor.facts.sweep import AllocatorFacts, Measurement, OomInfo, OptimizerFacts, SearchTrial, SweepFacts
 from gcdoctor.facts.telemetry import SeriesSummary, TelemetryFacts
@@ -116,6 +117,7 @@ class Facts:
     telemetry: TelemetryFacts | None = None
     granularity: GranularityFacts | None = None
     offload: OffloadFacts | None = None
+    policies: PolicyFacts | None = None  # the policy search at the full model and the recipe's confirmation
     jitter: JitterFacts | None = None
     watch: WatchFacts | None = None
     monitor: MonitorFacts | None = None  # gcdoctor monitor: telemetry windows of another process's job
@@ -193,6 +195,6 @@ class Facts:
 
 __all__ = [
     "AllocatorFacts", "DistributedFacts", "Environment", "Facts", "GranularityFacts", "JitterFacts", "Measurement", "MemoryModelFacts",
-    "ModelInfo", "MonitorFacts", "OffloadFacts", "OomInfo", "OptimizerFacts", "ProfilerOverhead", "RunSettings", "SCHEMA_VERSION", "SearchTrial",
+    "ModelInfo", "MonitorFacts", "OffloadFacts", "OomInfo", "PolicyFacts", "OptimizerFacts", "ProfilerOverhead", "RunSettings", "SCHEMA_VERSION", "SearchTrial",
     "SeriesSummary", "SweepFacts", "TelemetryFacts", "TraceMetrics", "WatchFacts",
 ]
