@@ -34,6 +34,9 @@ LAUNCH_KEY = "GCDOCTOR_LAUNCH"  # `gcdoctor diagnose --nproc N` sets it for its 
 # How long a rank waits in a collective before the run fails instead of hanging: a rank that died
 # or went its own way (an OOM on one rank only) must not hold the others forever.
 COLLECTIVE_TIMEOUT_S = 600
+# the process-group backend between devices of a kind: NCCL for CUDA, MCCL for MUSA (torch_musa
+# registers "mccl"; its README initialises with dist.init_process_group("mccl")), gloo on the CPU
+COLLECTIVE_BACKEND = {"cuda": "nccl", "musa": "mccl"}
 NPROC_MAX = 64
 
 
@@ -98,18 +101,19 @@ class Group:
         return self.rank == 0
 
     def start(self) -> "Group":
-        """Join (or reuse) the default process group: NCCL between CUDA devices, gloo otherwise."""
+        """Join (or reuse) the default process group: NCCL between CUDA devices, MCCL between
+        MUSA devices (torch_musa registers it as "mccl"), gloo otherwise."""
         import torch
         import torch.distributed as dist
 
-        if self.device_kind == "cuda":
-            torch.cuda.set_device(self.launch.local_rank)
+        if self.device_kind in ("cuda", "musa"):
+            getattr(torch, self.device_kind).set_device(self.launch.local_rank)
         if dist.is_initialized():
             if dist.get_world_size() != self.world_size or dist.get_rank() != self.rank:
                 raise UserError(f"a process group of world size {dist.get_world_size()} exists, but the "
                                 f"launch says rank {self.rank} of {self.world_size}")
         else:
-            backend = "nccl" if self.device_kind == "cuda" else "gloo"
+            backend = COLLECTIVE_BACKEND.get(self.device_kind, "gloo")
             kwargs: dict[str, Any] = {"backend": backend, "timeout": timedelta(seconds=COLLECTIVE_TIMEOUT_S)}
             if backend == "nccl":
                 kwargs["device_id"] = torch.device("cuda", self.launch.local_rank)

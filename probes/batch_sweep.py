@@ -286,4 +286,8 @@ class SweepProbe:
             return
         predict = getattr(memory, "predict_for_measurement", None)
         if predict is not None:
-            m.predicted_peak_bytes = predict(ctx, m, variant)
+            try:
+                m.predicted_peak_bytes = predict(ctx, m, variant)
+            except Exception as exc:  # noqa: BLE001 - e.g. the replay fails on a device smaller than its context
+                ctx.facts.unavailable.setdefault(
+                    f"memory_model.predicted.{variant}", f"the prediction failed: {type(exc).__name__}: {exc}")

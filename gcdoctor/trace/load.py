@@ -631,11 +631,15 @@ class _Builder:
             return "unknown" if n_ops else None
         cat = self.runtime_cats.most_common(1)[0][0].lower()
         kind = cat.rsplit("_", 1)[0] if "_" in cat else ""
-        if kind in ("cuda", ""):
+        if kind in ("cuda", "", "privateuse1"):
             ids, counts = np.unique(runtime.name_id, return_counts=True)
             top = self.names[int(ids[np.argmax(counts)])].lower() if len(ids) else ""
             if top.startswith("hip"):
                 return "rocm"
+            # torch_musa's Kineto (MUPTI) names its calls musa*/mu*: read them as MUSA whatever
+            # category a build files them under
+            if top.startswith("mu") and not top.startswith("mutex"):
+                return "musa"
             if not kind:
                 kind = "cuda" if top.startswith("cu") else "unknown"
         return kind
