@@ -233,14 +233,16 @@ for _name in ("memory_stats", "memory_stats_as_nested_dict", "memory_allocated",
     setattr(memory, _name, globals()[_name])
 
 
-def install(monkeypatch, total_bytes: int | None = None) -> types.ModuleType:
+def install(monkeypatch, total_bytes: int | None = None, context_bytes: int | None = None) -> types.ModuleType:
     """Make `import torch_musa` and `torch.musa` this module for one test, as torch_musa's import
     does (torch.musa, torch.version.musa, ProfilerActivity.MUSA = PrivateUse1), with a fresh
-    allocator of `total_bytes`."""
+    allocator of `total_bytes`, `context_bytes` of them outside it."""
     import sys
     global _alloc
     if total_bytes is not None:
         monkeypatch.setenv("FAKE_MUSA_TOTAL_BYTES", str(total_bytes))
+    if context_bytes is not None:
+        monkeypatch.setenv("FAKE_MUSA_CONTEXT_BYTES", str(context_bytes))
     _alloc = _Allocator()
     mod = sys.modules[__name__]
     monkeypatch.setitem(sys.modules, "torch_musa", mod)
