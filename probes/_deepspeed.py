@@ -22,8 +22,9 @@ from torch.profiler import record_function
 
 from gcdoctor.capture import LABEL_PREFIX
 
-# DeepSpeed's accelerators by gcdoctor backend kind. DeepSpeed has no upstream MUSA accelerator
-# (PR 8191 closed, REFERENCES.md section 6).
+# DeepSpeed's accelerators by gcdoctor backend kind. DeepSpeed has no MUSA accelerator (its
+# SUPPORTED_ACCELERATOR_LIST, deepspeed/accelerator/real_accelerator.py; docs/musa.md): on MUSA
+# load() says so and the DeepSpeed variants are skipped.
 DS_ACCELERATOR = {"cuda": "cuda", "cpu": "cpu"}
 CPU_ADAM_OP = "cpu_adam"
 
