@@ -62,11 +62,23 @@ class _Allocator(StorageCounter):
         room = self.total - self.context
         return min(int(self.fraction * self.total), room) if self.fraction is not None else room
 
-    def check_limit(self, request: int = 0) -> None:
+    def add(self, t: torch.Tensor) -> int:
+        """Count a new storage; one that does not fit is refused as the allocator refuses it:
+        not counted, and the OOM raised for its bytes."""
+        n = super().add(t)
         self.reserved_peak = max(self.reserved_peak, self.allocated)
-        if self.allocated <= self.allowed:
-            return
-        before = self.allocated - request
+        if n > 0 and self.allocated > self.allowed:
+            self._free(t.untyped_storage()._cdata)
+            self._oom(n)
+        return n
+
+    def check_limit(self, request: int = 0) -> None:
+        if self.allocated > self.allowed:  # grown without a new storage (an in-place resize)
+            self._oom(max(request, self.allocated - self.allowed))
+
+    def _oom(self, request: int) -> None:
+        """torch_musa's text (MUSACachingAllocator.cpp, DeviceCachingAllocator::malloc)."""
+        before = self.allocated
         self.num_ooms += 1
         allowed_info = f"{_format_size(self.allowed)} allowed; " if self.fraction is not None else ""
         free = max(self.total - self.context - before, 0)
