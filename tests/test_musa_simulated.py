@@ -100,6 +100,7 @@ def test_oom_in_torch_musa_words_is_read_and_classified(fake_musa) -> None:
         "caching allocator", 20 * MiB, 36 * MiB, "capacity")
 
 
+@pytest.mark.slow
 def test_diagnose_device_musa_end_to_end(fake_musa, tmp_path: Path, capsys) -> None:
     assert shutil.which("mthreads-gmi") is None  # the telemetry must fall back
     fake_musa(TOTAL, CONTEXT)
