@@ -24,9 +24,9 @@ from gcdoctor.facts import Facts
 FAKE_DIR = Path(__file__).resolve().parent / "fake_torch_musa"
 MiB = 1 << 20
 CONTEXT = 800 * MiB  # held outside the allocator: more than the memory model's 768 MiB default, so it is read
-# one layer of tiny-llama, fp32, AdamW, seq 256, as this sweep measures it: about 55 MiB at batch 1
-# and 2 (the optimizer step's peak), 83 MiB at 4 without checkpointing, 63 MiB at 4 with it; so
-# 72 MiB fit batch 3 without checkpointing and batch 4 with it
+# one layer of tiny-llama, fp32, AdamW, seq 512, as this sweep measures it: 55 MiB at batch 1 (the
+# optimizer step's peak); at batch 2, 63 MiB with checkpointing and, without it, a 16 MiB request in
+# the backward beyond 72 MiB; so 72 MiB fit batch 1 without checkpointing and batch 2 with it
 TOTAL = CONTEXT + 72 * MiB
 
 
@@ -106,7 +106,7 @@ def test_diagnose_device_musa_end_to_end(fake_musa, tmp_path: Path, capsys) -> N
     fake_musa(TOTAL, CONTEXT)
     out = tmp_path / "run"
     rc = cli.main(["diagnose", "--device", "musa", "--model", "tiny-llama", "--layers", "1",
-                   "--dtype", "fp32", "--seq-len", "256", "--probes", "sweep", "--max-batch", "4", "--steps", "1",
+                   "--dtype", "fp32", "--seq-len", "512", "--probes", "sweep", "--max-batch", "2", "--steps", "1",
                    "--warmup", "0", "--no-profile", "--no-tui", "--telemetry-hz", "2", "--out", str(out)])
     console = capsys.readouterr().out
     assert rc == 0, console
@@ -121,9 +121,10 @@ def test_diagnose_device_musa_end_to_end(fake_musa, tmp_path: Path, capsys) -> N
     assert all(m.oom.message.startswith("MUSA out of memory. Tried to allocate") for m in ooms)
     fits = [m for m in sweep.measurements if m.fits]
     assert fits and max(m.peak_allocated_bytes for m in fits) <= TOTAL - CONTEXT
-    assert sweep.max_batch == {"no_gc": 3, "gc": 4}
-    assert [(t.batch_size, t.fits) for t in sweep.trials if t.variant == "no_gc"] == [
-        (1, True), (2, True), (4, False), (3, True)]
+    assert sweep.max_batch == {"no_gc": 1, "gc": 2}
+    assert [(t.variant, t.batch_size, t.fits) for t in sweep.trials] == [
+        ("no_gc", 1, True), ("no_gc", 2, False), ("gc", 1, True), ("gc", 2, True)]
+    assert [(m.oom_phase, m.oom.request_bytes) for m in ooms] == [("backward", 16 * MiB)]
     # telemetry: no pymtml, no mthreads-gmi: each device series unavailable with both reasons
     why = facts.telemetry.unavailable["gpu0.util_pct"]
     assert why == "pymtml: mthreads-ml-py not installed (import pymtml failed); mthreads-gmi: mthreads-gmi not on PATH"
