@@ -66,9 +66,15 @@ class HostBoundStepRule(HostCauseRule):
     step, their median length and how many are shorter than the short-gap threshold; the median
     kernel; ops per step; the labelled phase holding most of it; telemetry of the host CPU.
 
+    A dispatch verdict needs many launch-scale gaps: with fewer than `min_host_gaps` host-caused
+    gaps the idle is a one-off (a first allocation, a first launch, autotuning) and passes; with a
+    median gap beyond `max_launch_gap_us` the host is doing work inside ops, not launching, and the
+    verdict says so without CUDA-graph advice. A blocking copy the host sits in is GC022's (sync),
+    and a step that already replays graphs (cudaGraphLaunch/hipGraphLaunch) is never told to use them.
+
     How to fix:
     CUDA graphs (torch.compile(mode="reduce-overhead"), torch.cuda.CUDAGraph) to replay the step's
-    launches; torch.compile to fuse small ops; fused/foreach optimizers (fused=True); larger batches
+    launches (not for a step that already replays them: capture the rest); torch.compile to fuse small ops; fused/foreach optimizers (fused=True); larger batches
     or sequences so each kernel runs longer; fewer, larger checkpoint regions (GC010).
     """
 
@@ -90,6 +96,12 @@ class HostBoundStepRule(HostCauseRule):
         "proc_busy_pct": 95.0,
         "host_busy_pct": 90.0,
         "trace_host_busy_share": 0.9,
+        # dispatch overhead is many launch-scale gaps: fewer host-caused gaps than this in the
+        # judged window is a one-off (first allocation, first launch, autotuning), and a median
+        # gap longer than this is host work inside ops, not launching (a launch costs 2-20 us;
+        # 100 us leaves room for a slow host and a short Python gap between ops)
+        "min_host_gaps": 20,
+        "max_launch_gap_us": 100.0,
     }
 
     def check(self, facts: Facts, t: dict[str, float]) -> list[Verdict]:
@@ -119,10 +131,28 @@ class HostBoundStepRule(HostCauseRule):
         if cpu is not None and cpu.known:
             ev += [Evidence("host CPU mean", cpu.cpu_pct, "%"), Evidence("busiest core mean", cpu.max_core_pct, "%"),
                    Evidence("process CPU mean (100 = one core)", cpu.proc_pct, "%")]
+        ev.append(Evidence("CUDA/HIP graph replays", h.graph_launch_count / steps, unit))
         severity = self.grade(share, t)
         if severity is None:
             return self.passed(f"{subject}: dispatching ops idles the device {100 * share:.0f}% of the steady-state "
                                "time", ev, subject=subject)
+        if h.host_gap_count < t["min_host_gaps"]:
+            return self.passed(f"{subject}: the host was inside ops {100 * share:.0f}% of the step, but in only "
+                               f"{h.host_gap_count} idle gap(s): too few to be dispatch overhead (a one-off such as "
+                               f"a first allocation, a first launch or autotuning: {h.largest_gap_what})", ev,
+                               subject=subject)
+        launch_scale = h.host_gap_median_us is not None and h.host_gap_median_us <= t["max_launch_gap_us"]
+        graphs = h.graph_launch_count > 0
+        if not launch_scale:
+            return self.fired(
+                severity, f"{subject}: the device waits on host work inside ops {100 * share:.0f}% of the step "
+                f"(median gap {h.host_gap_median_us / 1e3:,.2f} ms, longer than a launch)", ev,
+                "The host was inside ops while the device had nothing to run, but each gap is far longer than "
+                f"launching a kernel (median {h.host_gap_median_us:,.0f} us): the ops do host-side work (CPU "
+                "tensors, a host-side library call, a blocking wait inside an op) rather than dispatch.",
+                "Find the ops with profile_memory/with_stack (the largest: "
+                f"{h.largest_gap_what}); move their work to the device or out of the step (a DataLoader worker, "
+                "a background thread), or make it asynchronous.", subject=subject)
         if cpu is not None and cpu.known and not cpu.saturated(t):
             return self.passed(f"{subject}: the host was inside ops {100 * share:.0f}% of the step while the device "
                                "idled, but its CPU is not saturated (blocked inside ops: I/O, a lock, another "
@@ -136,8 +166,11 @@ class HostBoundStepRule(HostCauseRule):
             "and its recompute is nearly free."
             + (" This variant offloads to the host: see GC020 for the copies." if subject.startswith("offload/")
                else ""),
-            "Replay the step's launches with CUDA graphs (torch.compile(mode='reduce-overhead')) or fuse small ops "
-            "with torch.compile; use fused optimizers (fused=True / foreach); raise the batch or sequence length "
+            ("The step already replays graphs: capture the ops still launched one by one between the replays "
+             "into the graph (or torch.compile them), " if graphs else
+             "Replay the step's launches with CUDA graphs (torch.compile(mode='reduce-overhead')) or fuse small ops "
+             "with torch.compile; ")
+            + "use fused optimizers (fused=True / foreach); raise the batch or sequence length "
             "so each kernel runs longer; make sure no other process competes for the host's cores.",
             subject=subject)
 

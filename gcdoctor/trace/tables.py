@@ -166,12 +166,31 @@ class TraceTables:
                 continue
             ids = [i for i, n in enumerate(self.names) if n.startswith("ProfilerStep#") and _STEP_NAME.match(n)]
             rows = np.flatnonzero(np.isin(tab.name_id, ids) & (mask if mask is not None else True))
+            if tab is self.ranges and len(rows):
+                rows = rows[self._own_process(rows)]
             for r in rows.tolist():
                 n = int(self.names[tab.name_id[r]].split("#")[1])
                 found.setdefault(n, (int(tab.start_ns[r]), int(tab.start_ns[r] + tab.dur_ns[r])))
             if found:
                 break
         return dict(sorted(found.items()))
+
+    def _own_process(self, rows: np.ndarray) -> np.ndarray:
+        """Of step ranges (rows of `ranges`) from several processes, those of the process that
+        launches the device work: the pid whose step ranges sit on the thread with the most
+        runtime calls, else the pid with the most step ranges."""
+        pids = self.ranges.pid[rows]
+        if len(np.unique(pids)) < 2:
+            return np.ones(len(rows), dtype=bool)
+        rt = self.runtime
+        if len(rt):
+            tids, counts = np.unique(rt.tid, return_counts=True)
+            launcher = tids[np.argmax(counts)]
+            on = self.ranges.tid[rows] == launcher
+            if on.any():
+                return pids == pids[on][0]
+        u, counts = np.unique(pids, return_counts=True)
+        return pids == u[np.argmax(counts)]
 
     def span_ns(self) -> tuple[int, int] | None:
         """First start and last end over all tabled events, or None for an empty trace."""
