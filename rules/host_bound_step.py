@@ -66,10 +66,10 @@ class HostBoundStepRule(HostCauseRule):
     step, their median length and how many are shorter than the short-gap threshold; the median
     kernel; ops per step; the labelled phase holding most of it; telemetry of the host CPU.
 
-    A dispatch verdict needs many launch-scale gaps: with fewer than `min_host_gaps` host-caused
-    gaps the idle is a one-off (a first allocation, a first launch, autotuning) and passes; with a
-    median gap beyond `max_launch_gap_us` the host is doing work inside ops, not launching, and the
-    verdict says so without CUDA-graph advice. A blocking copy the host sits in is GC022's (sync),
+    A dispatch verdict needs many launch-scale gaps (at least `min_host_gaps`, median at most
+    `max_launch_gap_us`); otherwise the host is doing work inside ops (a CPU optimizer, CPU tensors),
+    not launching, and the verdict says so without CUDA-graph advice. One gap holding most of the
+    idle is a one-off (a first allocation, a first launch, autotuning) and passes. A blocking copy the host sits in is GC022's (sync),
     and a step that already replays graphs (cudaGraphLaunch/hipGraphLaunch) is never told to use them.
 
     How to fix:
@@ -136,36 +136,34 @@ class HostBoundStepRule(HostCauseRule):
         if severity is None:
             return self.passed(f"{subject}: dispatching ops idles the device {100 * share:.0f}% of the steady-state "
                                "time", ev, subject=subject)
-        if h.host_gap_count < t["min_host_gaps"]:
-            return self.passed(f"{subject}: the host was inside ops {100 * share:.0f}% of the step, but in only "
-                               f"{h.host_gap_count} idle gap(s): too few to be dispatch overhead (a one-off such as "
-                               f"a first allocation, a first launch or autotuning: {h.largest_gap_what})", ev,
-                               subject=subject)
-        launch_scale = h.host_gap_median_us is not None and h.host_gap_median_us <= t["max_launch_gap_us"]
-        graphs = h.graph_launch_count > 0
-        if not launch_scale:
-            return self.fired(
-                severity, f"{subject}: the device waits on host work inside ops {100 * share:.0f}% of the step "
-                f"(median gap {h.host_gap_median_us / 1e3:,.2f} ms, longer than a launch)", ev,
-                "The host was inside ops while the device had nothing to run, but each gap is far longer than "
-                f"launching a kernel (median {h.host_gap_median_us:,.0f} us): the ops do host-side work (CPU "
-                "tensors, a host-side library call, a blocking wait inside an op) rather than dispatch.",
-                "Find the ops with profile_memory/with_stack (the largest: "
-                f"{h.largest_gap_what}); move their work to the device or out of the step (a DataLoader worker, "
-                "a background thread), or make it asynchronous.", subject=subject)
         if cpu is not None and cpu.known and not cpu.saturated(t):
             return self.passed(f"{subject}: the host was inside ops {100 * share:.0f}% of the step while the device "
                                "idled, but its CPU is not saturated (blocked inside ops: I/O, a lock, another "
                                "process)", ev, subject=subject)
         in_phase = phase is not None and phase_us >= 0.5 * us
+        mostly = f", mostly in {PHASE_WORDS.get(phase, phase)}" if in_phase else ""
+        offload = (" This variant offloads to the host: see GC020 for the copies." if subject.startswith("offload/")
+                   else "")
+        launch_scale = (h.host_gap_count >= t["min_host_gaps"] and h.host_gap_median_us is not None
+                        and h.host_gap_median_us <= t["max_launch_gap_us"])
+        if not launch_scale:
+            return self.fired(
+                severity, f"{subject}: the device waits on host work inside ops {100 * share:.0f}% of the step"
+                + mostly, ev,
+                f"The host was inside ops while the device had nothing to run, in {h.host_gap_count} gap(s) with a "
+                f"median of {h.host_gap_median_us or 0:,.0f} us: too few or too long to be launch overhead (a launch "
+                "takes microseconds). The ops do host-side work: a CPU optimizer, CPU tensors, a host-side library "
+                "call, a wait inside an op." + offload,
+                f"Find the ops (the largest gap: {h.largest_gap_what}; profile with_stack=True); move their work to "
+                "the device or out of the step (a worker, a background thread), or make it asynchronous; for a CPU "
+                "optimizer, give it more threads or fewer offloaded states.", subject=subject)
+        graphs = h.graph_launch_count > 0
         return self.fired(
             severity, f"{subject}: the device waits on the host dispatching ops {100 * share:.0f}% of the step"
-            + (f", mostly in {PHASE_WORDS.get(phase, phase)}" if in_phase else ""), ev,
+            + mostly, ev,
             "The host was inside ops and launch calls, issuing work one op at a time, while the device had "
             "nothing to run: its kernels finish faster than the host issues them. Checkpointing cannot help here "
-            "and its recompute is nearly free."
-            + (" This variant offloads to the host: see GC020 for the copies." if subject.startswith("offload/")
-               else ""),
+            "and its recompute is nearly free." + offload,
             ("The step already replays graphs: capture the ops still launched one by one between the replays "
              "into the graph (or torch.compile them), " if graphs else
              "Replay the step's launches with CUDA graphs (torch.compile(mode='reduce-overhead')) or fuse small ops "

@@ -98,7 +98,7 @@ NO_HOST_OP = "no recorded op (Python)"
 # Evidence floors: below any of these a window is "too little device work to judge" and no host
 # cause is judged on it (GC026 says so). A verdict about why a device idles needs device work to
 # idle between, and launch records to say when the host issued it.
-MIN_DEVICE_OPS = 10  # device ops starting inside the window
+MIN_DEVICE_OPS = 4  # device ops starting inside the window (a step of one large kernel is no pattern)
 MIN_BUSY_US = 100.0  # device busy time inside the window
 MIN_JOINED_SHARE = 0.5  # device ops joined to their launch call (correlation), share
 
