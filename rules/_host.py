@@ -174,3 +174,17 @@ def one_off_evidence(h: HostIdle) -> list[Evidence]:
     return [Evidence("largest single idle gap the host caused", h.largest_gap_us / 1e3, "ms"),
             Evidence("its cause, and what the host was in", f"{h.largest_gap_cause}: {h.largest_gap_what}"),
             Evidence("idle gaps the host caused", h.host_gap_count)]
+
+
+SAMPLED_SHARE = 0.1  # launch calls whose device op is missing, share: beyond clock and join noise (none
+# on any complete recording in samples/traces)
+
+
+def sampled(h: HostIdle | None) -> str:
+    """Why the window looks sampled (device records dropped), or ""."""
+    if h is None or not h.launch_call_count:
+        return ""
+    share = h.unmatched_launch_count / h.launch_call_count
+    if share < SAMPLED_SHARE:
+        return ""
+    return f"{100 * share:.0f}% of the launch calls have no device op in the trace"

@@ -119,10 +119,11 @@ class ExposedCommunicationRule(Rule):
                   Evidence("exposed share of the window", share, "%"),
                   Evidence("hidden by compute", *per_step(h.comm_us - h.comm_exposed_us, jw)),
                   Evidence("device busy, share of the window", 100 * h.busy_us / h.window_us, "%")]
+            (exposed, unit), (comm, _) = per_step(h.comm_exposed_us, jw), per_step(h.comm_us, jw)
             if share > t["max_exposed_pct"]:
                 fired.append(self.fired(
                     "warning", f"{subject}: {share:.0f}% of the step is communication no compute hides "
-                    f"({h.comm_exposed_us / 1e3:,.1f} of {h.comm_us / 1e3:,.1f} ms of collectives)", ev,
+                    f"({exposed:,.1f} of {comm:,.1f} {unit} of collectives)", ev,
                     "The collective kernels (NCCL/RCCL) ran with nothing else on the device: the device waited "
                     "on communication (the transfer, or a peer rank that arrived late) for that time. The trace "
                     "counts them as busy, so no idle-time rule sees it.",

@@ -4,7 +4,7 @@ from __future__ import annotations
 from gcdoctor.engine import Evidence, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.trace import JudgedWindow
-from gcdoctor.rules._host import HostCauseRule, per_step, top
+from gcdoctor.rules._host import HostCauseRule, per_step, sampled, top
 from gcdoctor.trace.comm import is_comm_kernel
 
 
@@ -52,6 +52,10 @@ class DeviceQueuedIdleRule(HostCauseRule):
         for name, v in top(h.queued_ops):
             ev.append(Evidence(f"waiting before {name[:60]}", *per_step(v, jw)))
         severity = self.grade(share, t)
+        dropped = sampled(h)
+        if severity is not None and dropped:
+            return self.passed(f"{subject}: issued work seems to wait {100 * share:.0f}% of the step, but the trace "
+                               f"is sampled ({dropped}): the missing ops ran in those gaps", ev, subject=subject)
         if severity is None:
             return self.passed(f"{subject}: issued work waits {100 * share:.0f}% of the steady-state time", ev,
                                subject=subject)

@@ -3,21 +3,9 @@ from __future__ import annotations
 
 from gcdoctor.engine import Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
-from gcdoctor.facts.trace import TOO_LITTLE, HostIdle, TraceKey, judged_window
+from gcdoctor.facts.trace import TOO_LITTLE, TraceKey, judged_window
+from gcdoctor.rules._host import sampled as _sampled
 from gcdoctor.trace.hostidle import MIN_BUSY_US, MIN_DEVICE_OPS, MIN_JOINED_SHARE
-
-SAMPLED_SHARE = 0.1  # launch calls whose device op is missing, share: beyond clock and join noise (0 on
-# every complete recording in samples/traces)
-
-
-def _sampled(h: HostIdle | None) -> str:
-    """Why the trace looks sampled (device records dropped), or ""."""
-    if h is None or not h.launch_call_count:
-        return ""
-    share = h.unmatched_launch_count / h.launch_call_count
-    if share < SAMPLED_SHARE:
-        return ""
-    return f"{100 * share:.0f}% of the launch calls have no device op in the trace"
 
 
 class TraceCoverageRule(Rule):

@@ -91,6 +91,8 @@ _SETUP_WORDS = re.compile(
     r"funcsetattribute|graphinstantiate|registerfatbinary|registerfunction|setdevice(?!flags)", re.I)
 _NOT_SYNC = re.compile(r"async|streamwaitevent|query", re.I)
 DATALOADER_PREFIX = "enumerate(DataLoader)"
+ISSUE_LATENCY_NS = 30_000  # launch call return -> op start on an idle device: a few us (HTA's 30 us
+# short-gap line leaves room for a slow driver); beyond it the issued op waits on the device side
 CHUNK = 1 << 14  # gap pieces attributed at a time (bounds the temporaries)
 NO_OP = "(no op: torch.cuda.synchronize(), an event wait or a library call)"
 NO_HOST_OP = "no recorded op (Python)"
@@ -271,6 +273,11 @@ class HostIdleAnalyzer:
         # launch latency is the host waiting inside that call, not dispatch
         self.g_blocking = (g_call >= 0) & (self.rt_cls[np.maximum(g_call, 0)] == RT_SYNC) if len(rt) else \
             np.zeros(len(g_call), dtype=bool)
+        # when the closing op's launch call returned (POS: unknown): issued, for a queued gap, means
+        # the call had returned before the gap began
+        self.g_issued = np.full(len(g_call), iv.POS, dtype=np.int64)
+        if len(rt):
+            self.g_issued[g_call >= 0] = self.rt_e[g_call[g_call >= 0]]
         # synchronising calls, by start, with the call reaching furthest among those started so far
         sync = np.flatnonzero(self.rt_cls == RT_SYNC)
         sorder = np.argsort(self.rt_s[sync], kind="stable")
@@ -425,8 +432,10 @@ class HostIdleAnalyzer:
         cut, b, tid)."""
         g0 = self.g0[gi]
         L = self.g_launch[gi]
-        # 1. queued: the closing op was issued before the gap began (a device-side wait)
-        queued = L <= g0
+        # 1. queued: the closing op's launch call had returned before the gap began (a device-side
+        # wait); a call still running when the device went idle is the host issuing (or, a blocking
+        # copy, waiting inside it)
+        queued = (L <= g0) & (self.g_issued[gi] <= g0)
         if queued.any():
             qlen = (b - a)[queued]
             out[QUEUED] += int(qlen.sum())
@@ -445,7 +454,12 @@ class HostIdleAnalyzer:
             out[SYNC] += int(lat[blocking].sum())
             for j in np.flatnonzero(blocking & (lat > 0)).tolist():
                 self._name_sync(h, int(self.g_call[gi[j]]), int(lat[j]))
-        out[DISPATCH] += int(lat[~blocking].sum())
+        # past the launch call's return plus an idle device's launch latency the op had been issued
+        # and waited on something else (an event, another stream): queued, not dispatch
+        issued = np.clip(self.g_issued[gi] + ISSUE_LATENCY_NS, cut, b)
+        waited = np.where(host & ~blocking, b - issued, 0)
+        out[QUEUED] += int(waited.sum())
+        out[DISPATCH] += int((lat - waited)[~blocking].sum())
         # 3. the host's state over [a, cut) on the thread that launched the closing op
         tids = self.g_tid[gi]
         host_tids = tids[host]
@@ -468,9 +482,10 @@ class HostIdleAnalyzer:
         if len(self.sync_s):
             k = np.searchsorted(self.sync_s, g0, side="right") - 1
             drained = host & (k >= 0) & (g0 > iv.NEG) & (self.sync_reach[np.maximum(k, 0)] >= g0)
-            if drained.any():
-                h.after_sync_us += float(np.where(drained, np.maximum(b - np.maximum(
-                    a, np.minimum(self.sync_reach[np.maximum(k, 0)], b)), 0), 0).sum()) / 1e3
+            if drained.any():  # from the call's return to where the host's part of the gap ends
+                end = np.where(blocking, cut, issued)
+                after = end - np.maximum(a, np.minimum(self.sync_reach[np.maximum(k, 0)], end))
+                h.after_sync_us += float(np.where(drained, np.maximum(after, 0), 0).sum()) / 1e3
         glen = (b - a)[host & (b > a)]
         big = (0, -1, -1, -1, -1)
         if host.any():

@@ -122,6 +122,9 @@ class Ranges(_Columns):
         return self.start_ns + self.dur_ns
 
 
+STEP_RUNTIME_SHARE = 0.1  # step ranges holding fewer of the runtime calls are not this work's steps
+
+
 @dataclass
 class TraceTables:
     """Everything gcdoctor reads from one trace file."""
@@ -176,21 +179,31 @@ class TraceTables:
         return dict(sorted(found.items()))
 
     def _own_process(self, rows: np.ndarray) -> np.ndarray:
-        """Of step ranges (rows of `ranges`) from several processes, those of the process that
-        launches the device work: the pid whose step ranges sit on the thread with the most
-        runtime calls, else the pid with the most step ranges."""
+        """Of step ranges (rows of `ranges`), those of the process that launches the device work:
+        of the pids with a step on a thread that calls the runtime, the one whose steps hold the
+        most runtime calls; none when no pid qualifies or its steps hold under a tenth of the calls
+        (the steps are another process's, and bound nothing of this work). Without runtime calls
+        (a CPU trace), the pid with the most step ranges."""
         pids = self.ranges.pid[rows]
-        if len(np.unique(pids)) < 2:
-            return np.ones(len(rows), dtype=bool)
-        rt = self.runtime
-        if len(rt):
-            tids, counts = np.unique(rt.tid, return_counts=True)
-            launcher = tids[np.argmax(counts)]
-            on = self.ranges.tid[rows] == launcher
-            if on.any():
-                return pids == pids[on][0]
         u, counts = np.unique(pids, return_counts=True)
-        return pids == u[np.argmax(counts)]
+        rt = self.runtime
+        if not len(rt):
+            return pids == u[np.argmax(counts)]
+        launchers = np.unique(rt.tid)
+        t = np.sort(rt.start_ns)
+        held = []
+        for p in u.tolist():
+            sel = rows[pids == p]
+            if not np.isin(self.ranges.tid[sel], launchers).any():
+                held.append(-1)  # no step of this process sits on a thread that calls the runtime
+                continue
+            s0 = self.ranges.start_ns[sel]
+            s1 = s0 + self.ranges.dur_ns[sel]
+            held.append(int((np.searchsorted(t, s1, side="left") - np.searchsorted(t, s0, side="left")).clip(0).sum()))
+        best = int(np.argmax(held))
+        if held[best] < max(STEP_RUNTIME_SHARE * len(t), 1):
+            return np.zeros(len(rows), dtype=bool)
+        return pids == u[best]
 
     def span_ns(self) -> tuple[int, int] | None:
         """First start and last end over all tabled events, or None for an empty trace."""
