@@ -235,6 +235,22 @@ def unjoined() -> tuple[Trace, dict]:
                "headline": {"GC026": "too little device work to judge"}}
 
 
+def trailing_empty_step() -> tuple[Trace, dict]:
+    t = Trace()
+    for s in range(3):
+        with t.op(f"ProfilerStep#{s}", cat="ann"):
+            for _ in range(10):
+                with t.op("aten::mm", pad=3 * US):
+                    t.launch(1 * MS, GEMM)
+            t.sync("cudaStreamSynchronize")
+    with t.op("ProfilerStep#3", cat="ann", pad=24 * US):  # the range after the last prof.step()
+        pass
+    return t, {"what": "three device-bound steps, then the 49 us range the profiler opens after the last step",
+               "truth": "the trailing range has no device work: left out, neither steady nor warm-up; the three "
+                        "steps are device-bound and nothing fires (not 'Python 100%')",
+               "fires": [], "silent": ["GC025", "GC028", "GC026", "GC021"], "steps": [0, 1, 2]}
+
+
 def other_process_steps() -> tuple[Trace, dict]:
     t = Trace()
     _elementwise_ops(t, 40, 30 * US, 100 * US)
@@ -414,7 +430,7 @@ def ddp_ranks() -> list[tuple[Trace, dict]]:
 
 
 SAMPLES = {f.__name__.replace("_", "-"): f for f in (
-    sync_then_python, item_then_logger, one_kernel_step, unjoined, other_process_steps, python_plus_dispatch,
+    sync_then_python, item_then_logger, one_kernel_step, unjoined, trailing_empty_step, other_process_steps, python_plus_dispatch,
     queued_streams, sampled, first_launch_oneoff, init_then_work, rocm_dataloader, old_kineto_dataloader,
     graph_blocking_copy)}
 

@@ -153,7 +153,7 @@ class TraceMetrics:
     streams: list[StreamMetrics] = field(default_factory=list)
     host_idle: HostIdle | None = None  # device idle over the window's host time, by host cause
     # step windows: "steady" or "warm-up"; the trace window ("all"): which steps are which
-    step_phase: str | None = None
+    step_phase: str | None = None  # a step window: "warm-up", "steady" or "empty" (no device work: left out)
     steady_steps: list[int] = field(default_factory=list)
     warmup_steps: list[int] = field(default_factory=list)
     setup_only: bool | None = None  # the trace holds one-time setup and no steady-state step

@@ -214,6 +214,7 @@ class HostIdleAnalyzer:
         self.rt_issues = self.rt_cls == RT_LAUNCH
         self.rt_matched = np.isin(rt.correlation, op_corr) & (rt.correlation >= 0) if len(rt) else self.rt_issues
         self.rt_order = np.argsort(self.rt_s, kind="stable")
+        self.rt_s_sorted = self.rt_s[self.rt_order]
         c = t.cpu_ops
         self.main_tid = None
         if len(c):
@@ -400,7 +401,7 @@ class HostIdleAnalyzer:
         h.kernel_count = int(self.op_kernel_sorted[within].sum())
         h.joined_op_count = int(self.op_joined_sorted[within].sum())
         h.queued_streams = len(np.unique(self.op_stream_sorted[within]))
-        r = self.rt_order[iv.index_inside(self.rt_s[self.rt_order], w0, w1)]
+        r = self.rt_order[iv.index_inside(self.rt_s_sorted, w0, w1)]
         issues = r[self.rt_issues[r]]
         h.launch_call_count = len(issues)
         h.unmatched_launch_count = int((~self.rt_matched[issues]).sum())
@@ -503,6 +504,9 @@ class HostIdleAnalyzer:
         parts[SYNC] += (b - cut) if self._blocking_at(b) else 0
         code = int(np.argmax(parts))
         h.largest_gap_cause = CAUSE_NAMES[code]
+        if tid < 0 and self.main_tid is None:
+            h.largest_gap_cause, h.largest_gap_what = CAUSE_NAMES[UNRECORDED], NO_HOST_OP
+            return
         if code == PYTHON or tid < 0:
             h.largest_gap_what = NO_HOST_OP
         elif code == DATA:
@@ -567,6 +571,14 @@ class HostIdleAnalyzer:
             return 0
         return iv.total(np.maximum(self.rt_s[sel], w0), np.minimum(self.rt_e[sel], w1))
 
+    def device_work_in(self, w0: int, w1: int) -> bool:
+        """Whether a device op starts, or a launch call is made, inside [w0, w1)."""
+        a, b = np.array([w0]), np.array([w1])
+        if len(iv.index_inside(self.op_s_sorted, a, b)):
+            return True
+        calls = self.rt_order[iv.index_inside(self.rt_s_sorted, a, b)]
+        return bool(self.rt_issues[calls].any())
+
     def loads_modules(self, w0: int, w1: int) -> bool:
         """Whether a module-loading call (lazy kernel loading: done once per kernel) starts in [w0, w1)."""
         rt = self.t.runtime
@@ -588,11 +600,18 @@ def classify_steps(an: HostIdleAnalyzer, steps: dict[int, tuple[int, int]]) -> t
     modules, or whose setup calls take WARMUP_SETUP_SHARE of it and twice the later steps' median
     share, or that lasts WARMUP_SLOW_FACTOR times the later steps' median. Setup calls that recur in
     every step are a steady-state cost (GC023), not warm-up."""
+    # steps with no device op in them (the trailing range after the last prof.step(), a step of
+    # another phase) are no steady state and no yardstick for warm-up: left out, and said so
+    empty = [n for n, (a, b) in steps.items() if not an.device_work_in(a, b)]
+    if len(empty) < len(steps) and len(an.op_s_sorted):
+        steps = {n: ab for n, ab in steps.items() if n not in empty}
+    else:
+        empty = []
     nums = list(steps)
     durs = [max(b - a, 1) for a, b in steps.values()]
     shares = [an.setup_time(a, b) / d for (a, b), d in zip(steps.values(), durs)]
     warm: list[int] = []
-    why = []
+    why = [f"step {n}: no device work (left out)" for n in empty]
     for i, n in enumerate(nums):
         a, b = steps[n]
         later_d, later_s = durs[i + 1:], shares[i + 1:]

@@ -255,7 +255,8 @@ def compute_metrics(tables: TraceTables, windows: Iterable[str] | None = None, *
             m.host_idle = _host_idle(analyzer, w, steady_iv, len(steady) if w.name == STEADY else
                                      len(warm) if w.name == WARMUP else 0, bool(steps))
         if w.source == "profiler_step":
-            m.step_phase = "warm-up" if int(w.name.split(":", 1)[1]) in warm else "steady"
+            n = int(w.name.split(":", 1)[1])
+            m.step_phase = "warm-up" if n in warm else "steady" if n in steady or not steps else "empty"
         if w.name == "all":
             m.steady_steps, m.warmup_steps = steady, warm
             _setup_only(m, steps, steady, why)
