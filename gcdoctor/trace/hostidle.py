@@ -224,6 +224,7 @@ class HostIdleAnalyzer:
             tids, inv = np.unique(rt.tid, return_inverse=True)
             self.main_tid = int(tids[np.argmax(np.bincount(inv, weights=rt.dur_ns))])
         self._threads: dict[int, _Thread] = {}
+        self._op_cache: dict[tuple[int, int], str] = {}
         dl_ids = np.array([i for i, n in enumerate(names) if n.startswith(DATALOADER_PREFIX)], dtype=np.int64)
         self.dl_ids = dl_ids
         # the device's ops (rows of t.ops), sorted by start
@@ -321,6 +322,13 @@ class HostIdleAnalyzer:
 
     def _outer_op(self, tid: int, at: int) -> str:
         """Name of the outermost cpu op on `tid` around time `at`, or NO_OP."""
+        key = (tid, at)
+        if key in self._op_cache:
+            return self._op_cache[key]
+        self._op_cache[key] = name = self._find_outer_op(tid, at)
+        return name
+
+    def _find_outer_op(self, tid: int, at: int) -> str:
         c = self.t.cpu_ops
         sel = np.flatnonzero((c.tid == tid) & (c.start_ns <= at) & (c.start_ns + c.dur_ns >= at))
         if not len(sel):
