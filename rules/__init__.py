@@ -8,6 +8,7 @@ from gcdoctor.rules.exposed_communication import ExposedCommunicationRule
 from gcdoctor.rules.gc_unneeded import GcUnneededRule
 from gcdoctor.rules.data_loader_stall import DataLoaderStallRule
 from gcdoctor.rules.host_bound_step import HostBoundStepRule
+from gcdoctor.rules.host_total import HostStarvedDeviceRule
 from gcdoctor.rules.insufficient_memory_saving import InsufficientMemorySavingRule
 from gcdoctor.rules.launch_cost_headroom import LaunchCostHeadroomRule
 from gcdoctor.rules.launch_overhead_bound import LaunchOverheadBoundRule
@@ -21,6 +22,7 @@ from gcdoctor.rules.pcie_saturated_idle import PcieSaturatedIdleRule
 from gcdoctor.rules.prescription import PrescriptionRule
 from gcdoctor.rules.rank_straggler import RankStragglerRule
 from gcdoctor.rules.python_between_ops import PythonBetweenOpsRule
+from gcdoctor.rules.queued_idle import DeviceQueuedIdleRule
 from gcdoctor.rules.recompute_overhead import RecomputeOverheadRule
 from gcdoctor.rules.recompute_regather import RecomputeRegatherRule
 from gcdoctor.rules.recompute_share import RecomputeShareRule
@@ -50,6 +52,8 @@ ALL_RULES: list[Rule] = [
     SetupInSteadyStateRule(),
     DataLoaderStallRule(),
     PythonBetweenOpsRule(),
+    HostStarvedDeviceRule(),
+    DeviceQueuedIdleRule(),
     TraceCoverageRule(),
     StragglerRankRule(),
     PcieSaturatedIdleRule(),

@@ -72,6 +72,7 @@ class HostCauseRule(Rule):
     defaults: dict[str, float] = {}
 
     ckpt_is_gc010 = False  # this cause's idle inside checkpointed regions is granularity (GC010's)
+    judged_label = ""  # the evidence label of the judged idle ("device idle, <cause>" when empty)
 
     def judged_us(self, facts: Facts, jw: JudgedWindow) -> float:
         total = getattr(jw.idle, f"{self.cause}_us")
@@ -100,7 +101,7 @@ class HostCauseRule(Rule):
             if not jw.idle.window_us:
                 why_not.append(f"{subject_of(run)}: an empty window")
                 continue
-            v = self.judge(facts, jw, t)
+            v = self.one_off(jw, t) or self.judge(facts, jw, t)
             key = str(jw.run)
             v.scope, v.topic = scope_of(key), probe_of(key)
             (out if v.status == "fired" else passed).append(v)
@@ -117,11 +118,30 @@ class HostCauseRule(Rule):
         v.scope, v.topic = passed[0].scope, passed[0].topic
         return v
 
+    def one_off(self, jw: JudgedWindow, t: dict[str, float]) -> Verdict | None:
+        """A passed verdict when this cause crosses its line only because of one gap (the first
+        allocation, the first launch, autotuning, initialisation): a one-off is not a recurring
+        cost. None otherwise (judge as usual)."""
+        h = jw.idle
+        if h.largest_gap_cause != self.cause or not h.largest_gap_us or "min_share" not in t:
+            return None
+        total = getattr(h, f"{self.cause}_us")
+        if total < t["min_share"] * h.window_us or total - h.largest_gap_us >= t["min_share"] * h.window_us:
+            return None
+        subject = subject_of(jw.run)
+        ev = self.base_evidence(jw, total) + one_off_evidence(h)
+        return self.passed(f"{subject}: a one-off, not a recurring {self.cause} cost: one "
+                           f"{h.largest_gap_us / 1e3:,.1f} ms gap ({h.largest_gap_what}) holds "
+                           f"{100 * min(h.largest_gap_us / total, 1):.0f}% of the {self.cause} idle", ev,
+                           subject=subject)
+
     def base_evidence(self, jw: JudgedWindow, us: float) -> list[Evidence]:
         h = jw.idle
         val, unit = per_step(us, jw)
-        ev = [Evidence(f"device idle, {self.cause}", val, unit),
-              Evidence(f"device idle, {self.cause}, share of the steady-state window", 100 * us / h.window_us, "%"),
+        label = self.judged_label or f"device idle, {self.cause}"
+        ev = [Evidence(label, val, unit),
+              Evidence(f"{label}, share of the steady-state window", 100 * us / h.window_us, "%"),
+              Evidence("device busy, share of the same window", 100 * h.busy_us / h.window_us, "%"),
               Evidence("device idle, all causes, share of the window", 100 * h.idle_us / h.window_us, "%"),
               Evidence("window judged", _window_text(jw))]
         return ev
@@ -148,3 +168,23 @@ def idle_summary(h: HostIdle) -> str:
     parts = [f"{c} {getattr(h, c + '_us') / 1e3:.1f} ms" for c in
              ("sync", "setup", "dispatch", "data", "python", "unrecorded", "queued") if getattr(h, c + "_us") > 0]
     return ", ".join(parts) or "none"
+
+
+def one_off_evidence(h: HostIdle) -> list[Evidence]:
+    return [Evidence("largest single idle gap the host caused", h.largest_gap_us / 1e3, "ms"),
+            Evidence("its cause, and what the host was in", f"{h.largest_gap_cause}: {h.largest_gap_what}"),
+            Evidence("idle gaps the host caused", h.host_gap_count)]
+
+
+SAMPLED_SHARE = 0.1  # launch calls whose device op is missing, share: beyond clock and join noise (none
+# on any complete recording in samples/traces)
+
+
+def sampled(h: HostIdle | None) -> str:
+    """Why the window looks sampled (device records dropped), or ""."""
+    if h is None or not h.launch_call_count:
+        return ""
+    share = h.unmatched_launch_count / h.launch_call_count
+    if share < SAMPLED_SHARE:
+        return ""
+    return f"{100 * share:.0f}% of the launch calls have no device op in the trace"

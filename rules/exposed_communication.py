@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from gcdoctor.engine import Evidence, Rule
 from gcdoctor.facts import Facts
+from gcdoctor.facts.trace import judged_window
 from gcdoctor.rules._dist import setup, worst
+from gcdoctor.rules._host import host_runs, per_step, subject_of
 
 
 class ExposedCommunicationRule(Rule):
@@ -22,6 +24,11 @@ class ExposedCommunicationRule(Rule):
     hide the backward's all-gathers, or, when the recompute sits between a gather and its use,
     delay them.
 
+    Without the sweep's sharded steps it judges any trace (`gcdoctor analyze` of a trace or of a
+    folder of per-rank traces, each rank apart): the collective kernels' time inside the judged
+    steps during which no other op of the device ran is the device waiting on communication,
+    though the trace counts it as busy.
+
     Evidence:
     Per step of the worst rank: communication kernel time, exposed time and its share of the
     step, time hidden by compute and by the recompute, kernels per step; the same without
@@ -39,7 +46,7 @@ class ExposedCommunicationRule(Rule):
     code = "GC061"
     slug = "exposed-communication"
     title = "Communication not hidden by compute"
-    requires = ("distributed.comm",)
+    requires = ()
     topic = "distributed"
     defaults = {
         # a tenth of the step: below it, better overlap gains less than the step-to-step spread of a
@@ -49,8 +56,13 @@ class ExposedCommunicationRule(Rule):
 
     def check(self, facts: Facts, t: dict[str, float]):
         d = facts.distributed
-        key = next((k for k in ("sweep/gc", "sweep/no_gc") if d.comm_of(k)), None)
+        key = next((k for k in ("sweep/gc", "sweep/no_gc") if d.comm_of(k)), None) if d is not None else None
         if key is None:
+            from_traces = self._from_traces(facts, t)
+            if from_traces:
+                return from_traces
+            if d is None:
+                return self.inconclusive(facts.missing_reason("distributed.comm"))
             return self.inconclusive("the sweep's sharded steps were not profiled")
         rows = d.comm_of(key)
         dev = [c for c in rows if c.device_unavailable is None and c.step_us]
@@ -90,3 +102,35 @@ class ExposedCommunicationRule(Rule):
         return self.passed(f"{key}: {share:.0f}% of the step is exposed communication "
                            f"({w.comm_exposed_us / 1e3:,.1f} of {w.comm_busy_us / 1e3:,.1f} ms of communication not hidden, "
                            f"rank {w.rank})", ev, subject=key)
+
+    def _from_traces(self, facts: Facts, t: dict[str, float]) -> list:
+        """Any trace (a bare trace, each rank of a folder, a profiled run): the collective kernels'
+        time inside the judged steps that no other op of the device ran beside, per rank."""
+        fired, passed = [], []
+        for run in host_runs(facts):
+            jw = judged_window(facts.trace, run)
+            h = jw.idle
+            if h is None or not h.comm_us or not h.window_us:
+                continue
+            subject = subject_of(run)
+            share = 100.0 * h.comm_exposed_us / h.window_us
+            ev = [Evidence("collective kernel time", *per_step(h.comm_us, jw)),
+                  Evidence("exposed (no other device op beside it)", *per_step(h.comm_exposed_us, jw)),
+                  Evidence("exposed share of the window", share, "%"),
+                  Evidence("hidden by compute", *per_step(h.comm_us - h.comm_exposed_us, jw)),
+                  Evidence("device busy, share of the window", 100 * h.busy_us / h.window_us, "%")]
+            (exposed, unit), (comm, _) = per_step(h.comm_exposed_us, jw), per_step(h.comm_us, jw)
+            if share > t["max_exposed_pct"]:
+                fired.append(self.fired(
+                    "warning", f"{subject}: {share:.0f}% of the step is communication no compute hides "
+                    f"({exposed:,.1f} of {comm:,.1f} {unit} of collectives)", ev,
+                    "The collective kernels (NCCL/RCCL) ran with nothing else on the device: the device waited "
+                    "on communication (the transfer, or a peer rank that arrived late) for that time. The trace "
+                    "counts them as busy, so no idle-time rule sees it.",
+                    "Overlap communication with compute: DDP bucketing (bucket_cap_mb) and gradient_as_bucket_view, "
+                    "FSDP prefetching, a larger per-rank batch; if one rank arrives late (GC027), fix that rank; "
+                    "check NVLink/P2P and the network.", subject=subject))
+            else:
+                passed.append(self.passed(f"{subject}: {share:.0f}% of the step is exposed communication", ev,
+                                          subject=subject))
+        return fired or passed[:1]

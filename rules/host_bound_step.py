@@ -66,9 +66,15 @@ class HostBoundStepRule(HostCauseRule):
     step, their median length and how many are shorter than the short-gap threshold; the median
     kernel; ops per step; the labelled phase holding most of it; telemetry of the host CPU.
 
+    A dispatch verdict needs many launch-scale gaps (at least `min_host_gaps`, median at most
+    `max_launch_gap_us`); otherwise the host is doing work inside ops (a CPU optimizer, CPU tensors),
+    not launching, and the verdict says so without CUDA-graph advice. One gap holding most of the
+    idle is a one-off (a first allocation, a first launch, autotuning) and passes. A blocking copy the host sits in is GC022's (sync),
+    and a step that already replays graphs (cudaGraphLaunch/hipGraphLaunch) is never told to use them.
+
     How to fix:
     CUDA graphs (torch.compile(mode="reduce-overhead"), torch.cuda.CUDAGraph) to replay the step's
-    launches; torch.compile to fuse small ops; fused/foreach optimizers (fused=True); larger batches
+    launches (not for a step that already replays them: capture the rest); torch.compile to fuse small ops; fused/foreach optimizers (fused=True); larger batches
     or sequences so each kernel runs longer; fewer, larger checkpoint regions (GC010).
     """
 
@@ -90,6 +96,12 @@ class HostBoundStepRule(HostCauseRule):
         "proc_busy_pct": 95.0,
         "host_busy_pct": 90.0,
         "trace_host_busy_share": 0.9,
+        # dispatch overhead is many launch-scale gaps: fewer host-caused gaps than this in the
+        # judged window is a one-off (first allocation, first launch, autotuning), and a median
+        # gap longer than this is host work inside ops, not launching (a launch costs 2-20 us;
+        # 100 us leaves room for a slow host and a short Python gap between ops)
+        "min_host_gaps": 20,
+        "max_launch_gap_us": 100.0,
     }
 
     def check(self, facts: Facts, t: dict[str, float]) -> list[Verdict]:
@@ -119,6 +131,7 @@ class HostBoundStepRule(HostCauseRule):
         if cpu is not None and cpu.known:
             ev += [Evidence("host CPU mean", cpu.cpu_pct, "%"), Evidence("busiest core mean", cpu.max_core_pct, "%"),
                    Evidence("process CPU mean (100 = one core)", cpu.proc_pct, "%")]
+        ev.append(Evidence("CUDA/HIP graph replays", h.graph_launch_count / steps, unit))
         severity = self.grade(share, t)
         if severity is None:
             return self.passed(f"{subject}: dispatching ops idles the device {100 * share:.0f}% of the steady-state "
@@ -128,16 +141,34 @@ class HostBoundStepRule(HostCauseRule):
                                "idled, but its CPU is not saturated (blocked inside ops: I/O, a lock, another "
                                "process)", ev, subject=subject)
         in_phase = phase is not None and phase_us >= 0.5 * us
+        mostly = f", mostly in {PHASE_WORDS.get(phase, phase)}" if in_phase else ""
+        offload = (" This variant offloads to the host: see GC020 for the copies." if subject.startswith("offload/")
+                   else "")
+        launch_scale = (h.host_gap_count >= t["min_host_gaps"] and h.host_gap_median_us is not None
+                        and h.host_gap_median_us <= t["max_launch_gap_us"])
+        if not launch_scale:
+            return self.fired(
+                severity, f"{subject}: the device waits on host work inside ops {100 * share:.0f}% of the step"
+                + mostly, ev,
+                f"The host was inside ops while the device had nothing to run, in {h.host_gap_count} gap(s) with a "
+                f"median of {h.host_gap_median_us or 0:,.0f} us: too few or too long to be launch overhead (a launch "
+                "takes microseconds). The ops do host-side work: a CPU optimizer, CPU tensors, a host-side library "
+                "call, a wait inside an op." + offload,
+                f"Find the ops (the largest gap: {h.largest_gap_what}; profile with_stack=True); move their work to "
+                "the device or out of the step (a worker, a background thread), or make it asynchronous; for a CPU "
+                "optimizer, give it more threads or fewer offloaded states.", subject=subject)
+        graphs = h.graph_launch_count > 0
         return self.fired(
             severity, f"{subject}: the device waits on the host dispatching ops {100 * share:.0f}% of the step"
-            + (f", mostly in {PHASE_WORDS.get(phase, phase)}" if in_phase else ""), ev,
+            + mostly, ev,
             "The host was inside ops and launch calls, issuing work one op at a time, while the device had "
             "nothing to run: its kernels finish faster than the host issues them. Checkpointing cannot help here "
-            "and its recompute is nearly free."
-            + (" This variant offloads to the host: see GC020 for the copies." if subject.startswith("offload/")
-               else ""),
-            "Replay the step's launches with CUDA graphs (torch.compile(mode='reduce-overhead')) or fuse small ops "
-            "with torch.compile; use fused optimizers (fused=True / foreach); raise the batch or sequence length "
+            "and its recompute is nearly free." + offload,
+            ("The step already replays graphs: capture the ops still launched one by one between the replays "
+             "into the graph (or torch.compile them), " if graphs else
+             "Replay the step's launches with CUDA graphs (torch.compile(mode='reduce-overhead')) or fuse small ops "
+             "with torch.compile; ")
+            + "use fused optimizers (fused=True / foreach); raise the batch or sequence length "
             "so each kernel runs longer; make sure no other process competes for the host's cores.",
             subject=subject)
 

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from gcdoctor.engine import Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
-from gcdoctor.facts.trace import TraceKey, judged_window
+from gcdoctor.facts.trace import TOO_LITTLE, TraceKey, judged_window
+from gcdoctor.rules._host import sampled as _sampled
+from gcdoctor.trace.hostidle import MIN_BUSY_US, MIN_DEVICE_OPS, MIN_JOINED_SHARE
 
 
 class TraceCoverageRule(Rule):
@@ -13,6 +15,10 @@ class TraceCoverageRule(Rule):
     but no kernels, a CUPTI range-profiler trace), whether it holds any steady-state step or only
     one-time setup and warm-up, which steps were left out as warm-up and why, how much of the device's
     idle time has no host events to explain it, and which events could not be placed on the timeline.
+    It fails (warning) a judged window below the evidence floors: fewer than 10 device ops, less than
+    0.1 ms of device work, or fewer than half the device ops joined to a launch record; no host cause
+    is judged on such a window ("too little device work to judge"). A trace whose launch calls name
+    device ops that are missing (10% or more) is flagged as sampled (events dropped).
 
     Why it matters:
     A verdict is only as good as the window it was computed on. A CPU-only trace says nothing about
@@ -62,6 +68,16 @@ class TraceCoverageRule(Rule):
                                "judged on this trace.", fix)]
         jw = judged_window(facts.trace, run)
         h = jw.idle
+        if jw.why.startswith(TOO_LITTLE):
+            return [self.fired("warning", f"trace: {TOO_LITTLE}: no host cause is judged",
+                               ev + [Evidence("why", jw.why[len(TOO_LITTLE) + 2:])],
+                               "A verdict on why a device idles needs device work to idle between (at least "
+                               f"{MIN_DEVICE_OPS} device ops and {MIN_BUSY_US / 1e3:g} ms of device busy time in the "
+                               "judged steps) and launch records saying when the host issued it (at least "
+                               f"{100 * MIN_JOINED_SHARE:.0f}% of the ops joined by correlation).",
+                               "Profile more steady-state steps of the real workload with the CPU and device "
+                               "activities recorded: " + fix[0].lower() + fix[1:])]
+        sampled = _sampled(h)
         if notes:
             return [self.fired("info", "trace: some events could not be placed on the timeline and were left out",
                                ev + [Evidence("left out", notes[0])],
@@ -74,6 +90,15 @@ class TraceCoverageRule(Rule):
                                "to say why", ev + [Evidence("device idle without host events", 100 * share, "%")],
                                "The thread that launches the device's work has no cpu_op events in the trace, so "
                                "what the host was doing cannot be told.", fix)]
+        if sampled:
+            return [self.fired("info", f"trace: a sampled trace: {sampled}; the verdicts describe the events kept",
+                               ev + [Evidence("launch calls without a device op",
+                                              f"{h.unmatched_launch_count} of {h.launch_call_count}")],
+                               "The profiler dropped events (its activity buffers overflowed, or it was set to "
+                               "sample): the launch calls name device ops that are not in the trace, so the "
+                               "device's busy time is undercounted and its idle overcounted.",
+                               "Record fewer steps per trace, or give the profiler larger buffers; judge the "
+                               "verdicts with that in mind.")]
         return [self.passed("trace: " + (f"{len(whole.steady_steps)} steady-state step(s) judged"
                                           if whole.steady_steps else "the whole trace judged (no profiler steps)")
                             + (f"; warm-up step(s) {', '.join(map(str, whole.warmup_steps))} reported apart"

@@ -70,6 +70,28 @@ class HostIdle:
     sync_ops: dict[str, float] = field(default_factory=dict)  # outermost cpu op around the call -> us
     setup_calls: dict[str, float] = field(default_factory=dict)  # allocator/setup call -> us of its idle
     steps: int = 0  # profiler steps the window aggregates (0: not step-based)
+    # evidence the verdicts need (docs/trace-metrics.md, "Evidence floors")
+    op_count: int = 0  # device ops (kernels, copies, memsets) starting inside the window
+    kernel_count: int = 0  # of which kernels
+    joined_op_count: int = 0  # of which joined to their launch call (correlation)
+    launch_call_count: int = 0  # launch-type runtime calls starting inside the window
+    unmatched_launch_count: int = 0  # of which no device op in the trace carries the correlation
+    graph_launch_count: int = 0  # cudaGraphLaunch / hipGraphLaunch calls inside the window (graph replay)
+    # the largest piece of idle the host caused: a one-off (first allocation, first launch,
+    # autotuning) when it holds most of the host-caused idle
+    largest_gap_us: float = 0.0
+    largest_gap_cause: str = ""  # the cause holding most of that gap
+    largest_gap_what: str = ""  # the op or runtime call the host was in at the gap's largest part
+    after_sync_us: float = 0.0  # host-caused idle (not sync) in gaps a synchronisation had drained
+    sync_call_us: float = 0.0  # host time inside synchronising calls (union) inside the window
+    # what the synchronisations cost: sync_us plus the host work after them that the device's
+    # own work would have hidden had the host run ahead (at most busy_us - (window - sync_call_us))
+    sync_exposed_us: float = 0.0
+    queued_ops: dict[str, float] = field(default_factory=dict)  # op closing a queued gap -> us
+    queued_streams: int = 0  # streams the device ran ops on inside the window
+    comm_us: float = 0.0  # collective (NCCL/RCCL) kernel time inside the window (union)
+    comm_exposed_us: float = 0.0  # of which no other op of the device ran beside it
+    too_little: str = ""  # why the window cannot carry a host verdict ("" when it can)
 
     def share(self, cause: str) -> float | None:
         """A cause's idle time over the window."""
@@ -131,7 +153,7 @@ class TraceMetrics:
     streams: list[StreamMetrics] = field(default_factory=list)
     host_idle: HostIdle | None = None  # device idle over the window's host time, by host cause
     # step windows: "steady" or "warm-up"; the trace window ("all"): which steps are which
-    step_phase: str | None = None
+    step_phase: str | None = None  # a step window: "warm-up", "steady" or "empty" (no device work: left out)
     steady_steps: list[int] = field(default_factory=list)
     warmup_steps: list[int] = field(default_factory=list)
     setup_only: bool | None = None  # the trace holds one-time setup and no steady-state step
@@ -261,9 +283,17 @@ def judged_window(trace: dict[str, TraceMetrics], run: TraceKey) -> JudgedWindow
         return JudgedWindow(run, None, None, None, f"the trace holds only one-time setup: {whole.setup_reason}")
     steady = trace_window(trace, run, STEADY_WINDOW)
     if steady is not None and steady.host_idle is not None:
-        return JudgedWindow(run, run.at(STEADY_WINDOW), steady, steady.host_idle.steps or None, whole.setup_reason)
-    if step_count(trace, run):  # steps, but none steady (facts from before steady windows existed)
-        return JudgedWindow(run, run, whole, step_count(trace, run), "")
-    if whole.host_idle is None:
+        jw = JudgedWindow(run, run.at(STEADY_WINDOW), steady, steady.host_idle.steps or None, whole.setup_reason)
+    elif step_count(trace, run):  # steps, but none steady (facts from before steady windows existed)
+        jw = JudgedWindow(run, run, whole, step_count(trace, run), "")
+    elif whole.host_idle is None:
         return JudgedWindow(run, None, None, None, "no host-side idle split in the trace metrics")
-    return JudgedWindow(run, run, whole, None, "")
+    else:
+        jw = JudgedWindow(run, run, whole, None, "")
+    h = jw.idle
+    if h is not None and h.too_little:
+        return JudgedWindow(run, None, None, jw.steps, f"{TOO_LITTLE}: {h.too_little}")
+    return jw
+
+
+TOO_LITTLE = "too little device work to judge"

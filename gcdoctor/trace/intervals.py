@@ -116,10 +116,11 @@ class Cover:
             last = np.append(first[1:] - 1, n - 1)
             self.s, self.e = s[first], reach[last]
             self.next_launch = ln[first]  # launch of the op opening each segment
+            self.next_index = order[first]  # that op's index in the input arrays
             if tags is not None:
                 self.next_tag = tags[order][first]
         else:
-            self.s = self.e = self.next_launch = np.zeros(0, I64)
+            self.s = self.e = self.next_launch = self.next_index = np.zeros(0, I64)
             if tags is not None:
                 self.next_tag = np.zeros(0, I64)
         lengths = self.e - self.s

@@ -255,7 +255,8 @@ def compute_metrics(tables: TraceTables, windows: Iterable[str] | None = None, *
             m.host_idle = _host_idle(analyzer, w, steady_iv, len(steady) if w.name == STEADY else
                                      len(warm) if w.name == WARMUP else 0, bool(steps))
         if w.source == "profiler_step":
-            m.step_phase = "warm-up" if int(w.name.split(":", 1)[1]) in warm else "steady"
+            n = int(w.name.split(":", 1)[1])
+            m.step_phase = "warm-up" if n in warm else "steady" if n in steady or not steps else "empty"
         if w.name == "all":
             m.steady_steps, m.warmup_steps = steady, warm
             _setup_only(m, steps, steady, why)
@@ -266,12 +267,11 @@ def compute_metrics(tables: TraceTables, windows: Iterable[str] | None = None, *
 def _host_idle(an: HostIdleAnalyzer, w: Window, steady_iv: tuple[np.ndarray, np.ndarray] | None, steps: int,
                has_steps: bool):
     """The host-cause split of a window's idle over its host intervals; label windows count only
-    their time inside the steady-state steps (when the trace has steps). The whole trace of a trace
-    without steps is read from its first to its last device op: the host's work before any device
-    op (building the model, reading data) is not the device waiting."""
+    their time inside the steady-state steps (when the trace has steps). The whole trace is read
+    over its whole span, host events included: the host's work before the first device op
+    (initialisation, the first allocation) is idle the device waits through, and a one-off
+    (HostIdle.largest_gap_us) when one gap holds it."""
     h0, h1 = w.host0, w.host1
-    if w.source == "trace" and not has_steps:
-        h0, h1 = w.dev0, w.dev1
     if w.source in ("labels", "gpu_annotation", "torch_optimizer", "recompute_inferred") and steady_iv is not None:
         h0, h1 = iv.intersect(h0, h1, *steady_iv)
     return an.analyze(h0, h1, steps)

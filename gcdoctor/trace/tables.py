@@ -122,6 +122,9 @@ class Ranges(_Columns):
         return self.start_ns + self.dur_ns
 
 
+STEP_RUNTIME_SHARE = 0.1  # step ranges holding fewer of the runtime calls are not this work's steps
+
+
 @dataclass
 class TraceTables:
     """Everything gcdoctor reads from one trace file."""
@@ -166,12 +169,41 @@ class TraceTables:
                 continue
             ids = [i for i, n in enumerate(self.names) if n.startswith("ProfilerStep#") and _STEP_NAME.match(n)]
             rows = np.flatnonzero(np.isin(tab.name_id, ids) & (mask if mask is not None else True))
+            if tab is self.ranges and len(rows):
+                rows = rows[self._own_process(rows)]
             for r in rows.tolist():
                 n = int(self.names[tab.name_id[r]].split("#")[1])
                 found.setdefault(n, (int(tab.start_ns[r]), int(tab.start_ns[r] + tab.dur_ns[r])))
             if found:
                 break
         return dict(sorted(found.items()))
+
+    def _own_process(self, rows: np.ndarray) -> np.ndarray:
+        """Of step ranges (rows of `ranges`), those of the process that launches the device work:
+        of the pids with a step on a thread that calls the runtime, the one whose steps hold the
+        most runtime calls; none when no pid qualifies or its steps hold under a tenth of the calls
+        (the steps are another process's, and bound nothing of this work). Without runtime calls
+        (a CPU trace), the pid with the most step ranges."""
+        pids = self.ranges.pid[rows]
+        u, counts = np.unique(pids, return_counts=True)
+        rt = self.runtime
+        if not len(rt):
+            return pids == u[np.argmax(counts)]
+        launchers = np.unique(rt.tid)
+        t = np.sort(rt.start_ns)
+        held = []
+        for p in u.tolist():
+            sel = rows[pids == p]
+            if not np.isin(self.ranges.tid[sel], launchers).any():
+                held.append(-1)  # no step of this process sits on a thread that calls the runtime
+                continue
+            s0 = self.ranges.start_ns[sel]
+            s1 = s0 + self.ranges.dur_ns[sel]
+            held.append(int((np.searchsorted(t, s1, side="left") - np.searchsorted(t, s0, side="left")).clip(0).sum()))
+        best = int(np.argmax(held))
+        if held[best] < max(STEP_RUNTIME_SHARE * len(t), 1):
+            return np.zeros(len(rows), dtype=bool)
+        return pids == u[best]
 
     def span_ns(self) -> tuple[int, int] | None:
         """First start and last end over all tabled events, or None for an empty trace."""

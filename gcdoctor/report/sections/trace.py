@@ -12,7 +12,9 @@ TRACE_COLUMNS = [Column("trace window", key=True), Column("host wall", "ms"), Co
 
 def _row(key: str, t) -> list:
     ms = lambda us: None if us is None else us / 1e3  # noqa: E731
-    return [key, ms(t.wall_us), t.cpu_op_count, t.busy_share, t.kernel_count, t.kernel_mean_us,
+    h = t.host_idle  # the host rules' window: one busy figure for the window everywhere
+    busy = h.busy_us / h.window_us if h is not None and h.window_us else t.busy_share
+    return [key, ms(t.wall_us), t.cpu_op_count, busy, t.kernel_count, t.kernel_mean_us,
             ms(t.idle_host_wait_us), ms(t.copy_time_us), t.copy_overlap_share, t.recompute_share]
 
 
