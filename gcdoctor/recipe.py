@@ -173,3 +173,54 @@ def point_for(policies: PolicyFacts, choice: RecipeChoice) -> Point | None:
         if p.key == choice.setting.key and p.batch == choice.micro_batch:
             return p
     return None
+
+
+# -- words ------------------------------------------------------------------------------------
+
+POLICY_WORDS = {"none": "no checkpointing", "layer": "every layer checkpointed",
+                "attn-only": "attention checkpointed", "mlp-only": "MLP checkpointed",
+                "selective-op": "op-level selective checkpointing", "cpu-offload": "CPU activation offload"}
+OPTIMIZER_WORDS = {"adamw": "", "adamw-fused": "fused AdamW", "adamw-forloop": "for-loop AdamW"}
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def policy_words(policy: str) -> str:
+    """'every 2nd layer checkpointed', 'compiler memory budget 0.5', ... from a policy key."""
+    if policy in POLICY_WORDS:
+        return POLICY_WORDS[policy]
+    head, _, arg = policy.partition("-")
+    if head == "every" and arg.isdigit():
+        return f"every {_ordinal(int(arg))} layer checkpointed"
+    if head == "budget" and arg:
+        return f"compiler memory budget {arg}"
+    return policy
+
+
+def batch_words(choice: RecipeChoice) -> str:
+    if choice.accumulation > 1:
+        return f"micro-batch {choice.micro_batch} x {choice.accumulation} accumulation"
+    return f"batch {choice.micro_batch}"
+
+
+def extras_words(setting) -> list[str]:
+    """What the setting changes besides the policy: 'fused AdamW', 'expandable segments', 'chunked loss'."""
+    out = []
+    if OPTIMIZER_WORDS.get(setting.optimizer, setting.optimizer):
+        out.append(OPTIMIZER_WORDS.get(setting.optimizer, setting.optimizer))
+    if setting.allocator == "expandable":
+        out.append("expandable segments")
+    if setting.chunked_loss:
+        out.append("chunked loss")
+    return out
+
+
+def describe(choice: RecipeChoice) -> str:
+    """'every 2nd layer checkpointed, micro-batch 6 x 2 accumulation, fused AdamW, expandable segments'."""
+    return ", ".join([policy_words(choice.setting.policy), batch_words(choice)] + extras_words(choice.setting))
+
+
+def same(a: RecipeChoice, b: RecipeChoice) -> bool:
+    return (a.setting.key, a.micro_batch, a.accumulation) == (b.setting.key, b.micro_batch, b.accumulation)

@@ -113,8 +113,8 @@ class PrescriptionRule(Rule):
 
     code = "GC007"
     slug = "prescription"
-    title = "Prescription: the fastest measured policy for the target batch"
-    requires = ("sweep.measurements",)
+    title = "Prescription: the recipe, the fastest measured setting for the target"
+    requires = ()
     scope = CONFIGURATION
     topic = "prescription"
     defaults = {
@@ -129,6 +129,11 @@ class PrescriptionRule(Rule):
     }
 
     def check(self, facts: Facts, t: dict[str, float]) -> Verdict:
+        if facts.policies is not None and facts.policies.candidates:
+            from gcdoctor.rules._recipe import judge_recipe
+            return judge_recipe(self, facts)
+        if facts.get("sweep.measurements") is None:
+            return self.inconclusive(facts.missing_reason("sweep.measurements"))
         s = facts.sweep
         from gcdoctor.rules.allocator_boundary import fresh_ooms_conclusive
         conclusive = fresh_ooms_conclusive(facts, t["max_held_gib"])
