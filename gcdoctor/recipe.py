@@ -224,3 +224,22 @@ def describe(choice: RecipeChoice) -> str:
 
 def same(a: RecipeChoice, b: RecipeChoice) -> bool:
     return (a.setting.key, a.micro_batch, a.accumulation) == (b.setting.key, b.micro_batch, b.accumulation)
+
+
+def rejected(policies: PolicyFacts) -> list:
+    """The confirmations that were rejected (out of memory, or too far from the prediction)."""
+    return [c for c in policies.confirmations if c.rejected or c.fits is False]
+
+
+def pick(policies: PolicyFacts, *, seq_len: int, devices: int = 1):
+    """(the recipe, its accepted confirmation or None, the ranking): the accepted confirmation's
+    choice, else the best ranked choice no confirmation rejected (unconfirmed), else (None, None, ranking)."""
+    ranked = rank_recipes(policies, seq_len=seq_len, devices=devices)
+    conf = policies.confirmed()
+    if conf is not None:
+        return conf.choice, conf, ranked
+    bad = rejected(policies)
+    for c in ranked:
+        if not any(same(c, r.choice) for r in bad):
+            return c, None, ranked
+    return None, None, ranked

@@ -5,8 +5,8 @@ from __future__ import annotations
 from gcdoctor.engine import Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.policies import PolicyFacts, RecipeChoice, RecipeConfirmation
-from gcdoctor.recipe import (ASSUMED, batch_words, describe, extras_words, largest_batch_recipe, points,
-                             policy_words, rank_recipes, same)
+from gcdoctor.recipe import (ASSUMED, batch_words, describe, extras_words, largest_batch_recipe, pick, points,
+                             policy_words, rank_recipes, rejected, same)
 from gcdoctor.rules._sweep import gib
 
 # which verdicts a recipe folds in: the bottom line does not repeat them
@@ -18,22 +18,6 @@ CHANGE_ORDER = ("adamw-8bit", "zero-offload", "lora", "adafactor", "sgd", "shard
 
 def _devices(facts: Facts) -> int:
     return facts.distributed.world_size if facts.distributed is not None else 1
-
-
-def _rejected(pf: PolicyFacts) -> list[RecipeConfirmation]:
-    return [c for c in pf.confirmations if c.rejected or c.fits is False]
-
-
-def _pick(pf: PolicyFacts, ranked: list[RecipeChoice]) -> tuple[RecipeChoice | None, RecipeConfirmation | None]:
-    """The accepted confirmation's choice; else the best ranked one no confirmation rejected."""
-    conf = pf.confirmed()
-    if conf is not None:
-        return conf.choice, conf
-    bad = _rejected(pf)
-    for c in ranked:
-        if not any(same(c, r.choice) for r in bad):
-            return c, None
-    return None, None
 
 
 def _tok(x: float | None) -> str:
@@ -137,8 +121,7 @@ def judge_recipe(rule: Rule, facts: Facts) -> Verdict:
     pf = facts.policies
     assert pf is not None
     seq = facts.settings.seq_len or 1
-    ranked = rank_recipes(pf, seq_len=seq, devices=_devices(facts))
-    choice, conf = _pick(pf, ranked)
+    choice, conf, ranked = pick(pf, seq_len=seq, devices=_devices(facts))
     ev = _evidence(pf, facts)
     if choice is None:
         return _nothing_fits(rule, facts, pf, ev)
@@ -165,7 +148,7 @@ def judge_recipe(rule: Rule, facts: Facts) -> Verdict:
     else:
         why.append("It is unconfirmed: no fresh process ran the whole setting, so the figures are the search's "
                    "measurement of each part, not of the composition.")
-    for r in _rejected(pf):
+    for r in rejected(pf):
         why.append(f"{describe(r.choice).capitalize()} was confirmed first and rejected: "
                    f"{r.rejected or 'out of memory'}.")
     folds = sorted({FOLDS["allocator"]} if choice.setting.allocator != "default" else set())

@@ -213,3 +213,40 @@ def test_every_front_end_shows_the_recipe_first():
     rows = st.bottom_line(80)
     assert rows[1].render() == first
     assert not any(r.key and r.key[0] in ("GC008", "GC009") for r in rows)
+
+
+def confirmed_h200() -> Facts:
+    facts = w3()
+    pf = facts.policies = h200_policies()
+    first, second = rank_recipes(pf, seq_len=SEQ)[:2]
+    pf.confirmations = [RecipeConfirmation(choice=first, fits=False, rejected="out of memory at the first step"),
+                        RecipeConfirmation(choice=second, fits=True, tokens_per_s=9420.0,
+                                           peak_allocated_bytes=int(106.2 * GIB), off_pct=0.05)]
+    return facts
+
+
+def test_report_md_has_the_recipe_section_and_html_the_pareto_plot():
+    facts = confirmed_h200()
+    verdicts = evaluate(facts)
+    from gcdoctor.report.markdown import render_markdown
+    md = render_markdown(facts, verdicts)
+    sec = md.split("## The recipe: checkpointing policies at the full model", 1)[1].split("\n## ", 1)[0]
+    assert "| recipe | no checkpointing, batch 2 |" in sec
+    assert "| confirmed in a fresh process | 9,420 tok/s |" in sec
+    assert "| no checkpointing | expandable segments | 3 | 9,688 | 131.00 GiB |" in sec
+    assert ("| no checkpointing, batch 3, expandable segments | 9,688 | — | — | 131.00 GiB | — | rejected: out of "
+            "memory at the first step |") in sec
+    from gcdoctor.report.html import render_html
+    html = render_html(facts, verdicts)
+    i = html.index("<title>Peak memory against throughput, every measured setting</title>")
+    svg = html[html.rindex("<svg", 0, i):html.index("</svg>", i)]
+    assert svg.count("<circle") == 5  # four measured settings and the recipe's mark
+    assert ">recipe, confirmed 9,420 tok/s</text>" in svg
+    assert "dominated (slower, no less memory)" in svg and ">layer b13 exp</text>" in svg
+
+
+def test_an_unconfirmed_recipe_is_marked_so_on_the_plot():
+    from gcdoctor.report.sections.policies import pareto_plot
+    facts = w3()
+    facts.policies = h200_policies()
+    assert ">recipe (unconfirmed)</text>" in pareto_plot(facts)
