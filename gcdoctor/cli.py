@@ -171,6 +171,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="distributed jobs: a run directory per rank (all, default) or rank 0 only")
     w.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command, e.g. -- python train.py --lr 1e-4")
 
+    r = sub.add_parser("recipe", help="the run's recipe as code: TrainingArguments, a PyTorch snippet or JSON")
+    r.add_argument("run", help="a gcdoctor diagnose run directory (its facts.json)")
+    r.add_argument("--format", choices=["pytorch", "hf", "json"], default="pytorch",
+                   help="pytorch (default): a plain PyTorch snippet; hf: Hugging Face TrainingArguments and the "
+                        "environment; json: for tools")
+
     c = sub.add_parser("compare", help="two runs side by side")
     c.add_argument("run_a")
     c.add_argument("run_b")
@@ -369,6 +375,22 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return run_exit_code(facts, verdicts, args.fail_on, args.fail_on_experiments, live=False)
 
 
+def cmd_recipe(args: argparse.Namespace) -> int:
+    from gcdoctor.facts import Facts
+    from gcdoctor.recipe_code import recipe_of, render
+    path = Path(args.run)
+    if not path.is_dir():
+        raise UserError(f"{path}: not a run directory (give the folder gcdoctor diagnose wrote)")
+    if not (path / "facts.json").is_file():
+        raise UserError(f"{path}: no facts.json: not a gcdoctor run directory")
+    facts = Facts.load(path / "facts.json")
+    recipe = recipe_of(facts)
+    if recipe is None:
+        raise UserError(f"{path}: no recipe: no measured setting fits (see its report's bottom line)")
+    sys.stdout.write(render(recipe, args.format))
+    return EXIT_OK
+
+
 def _rule_dict(rule: Any, doc: bool = False) -> dict[str, Any]:
     d = {"code": rule.code, "slug": rule.slug, "title": rule.title, "scope": getattr(rule, "scope", None),
          "thresholds": dict(rule.defaults), "requires": list(rule.requires)}
@@ -498,7 +520,7 @@ def _write_text(path: Path, text: str, flag: str) -> None:
 
 COMMANDS = {"diagnose": cmd_diagnose, "analyze": cmd_analyze, "rules": cmd_rules, "explain": cmd_explain,
             "models": cmd_models, "plan": cmd_plan, "monitor": cmd_monitor, "compare": cmd_compare,
-            "watch": cmd_watch}
+            "watch": cmd_watch, "recipe": cmd_recipe}
 
 
 def _sigterm(signum: int, frame: Any) -> None:
