@@ -48,11 +48,12 @@ def _point(c: PolicyCandidate, m: Measurement) -> Point | None:
     return Point(c, m.batch_size, float(m.tokens_per_s), peak, m.step_ms_median, m.optimizer_ms_median)
 
 
-def points(policies: PolicyFacts) -> list[Point]:
-    """Every fitting, timed measurement of a candidate that did what it claims and was not dropped."""
+def points(policies: PolicyFacts, *, dropped: bool = False) -> list[Point]:
+    """Every fitting, timed measurement of a candidate that did what it claims and was not dropped
+    (`dropped`: those the search dropped too, for the plot: they never compete)."""
     out = []
     for c in policies.candidates:
-        if c.dropped or (c.check is not None and c.check.ok is False) or c.measurement is None:
+        if (c.dropped and not dropped) or (c.check is not None and c.check.ok is False) or c.measurement is None:
             continue
         p = _point(c, c.measurement)
         if p is not None:

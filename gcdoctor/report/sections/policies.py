@@ -83,10 +83,11 @@ def _tables(facts: Facts) -> list[Table]:
 
 def pareto_plot(facts: Facts) -> str:
     """Peak memory against tokens/s, every measured setting, the frontier apart, the recipe marked."""
-    pts = points(facts.policies)
+    pts = points(facts.policies, dropped=True)
     if not pts:
         return ""
-    front = [p for p in pts if dominated(p, pts) is None and p.peak_bytes is not None]
+    live = [p for p in pts if not p.candidate.dropped]
+    front = [p for p in live if dominated(p, live) is None and p.peak_bytes is not None]
     rest = [p for p in pts if p not in front and p.peak_bytes is not None]
 
     def label(p) -> str:
@@ -99,7 +100,7 @@ def pareto_plot(facts: Facts) -> str:
         series.append(Series("not dominated", [(p.peak_bytes / GIB, p.tokens_per_s) for p in front], "#0072B2",
                              labels=[label(p) for p in front]))
     if rest:
-        series.append(Series("dominated (slower, no less memory)", [(p.peak_bytes / GIB, p.tokens_per_s)
+        series.append(Series("dominated or dropped", [(p.peak_bytes / GIB, p.tokens_per_s)
                                                                    for p in rest], "#999999",
                              labels=[label(p) for p in rest]))
     choice, conf, _ = _recipe(facts)
