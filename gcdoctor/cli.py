@@ -128,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--out", help="where to write the reports (default: a new folder under ./gcdoctor-runs/)")
     a.add_argument("--config", help="TOML file with [thresholds.RULE] overrides")
     a.add_argument("--threshold", action="append", default=[])
+    a.add_argument("--against", metavar="DIAGNOSE_RUN",
+                   help="a watched run: how far it is from this diagnose run's recipe (tokens/s and settings)")
     _add_fail_on(a)
     _add_json(a)
 
@@ -167,6 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--out", help="run directory (default: a new folder under ./gcdoctor-runs/)")
     w.add_argument("--profile-steps", help="steps to profile, comma-separated (default 5,6)")
     w.add_argument("--telemetry-hz", type=float, help="telemetry sampling rate, 0 = off (default 20)")
+    w.add_argument("--against", metavar="DIAGNOSE_RUN",
+                   help="after the job: how far it is from this diagnose run's recipe (tokens/s and settings)")
     w.add_argument("--ranks", choices=["all", "0"], default="all",
                    help="distributed jobs: a run directory per rank (all, default) or rank 0 only")
     w.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command, e.g. -- python train.py --lr 1e-4")
@@ -353,7 +357,15 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     _, th = _thresholds(args)
     path = Path(args.path)
+    against = None
+    if args.against:
+        from gcdoctor.recipe_code import against_facts
+        against = against_facts(args.against)
     facts = load_recorded(path)
+    if against is not None:
+        if facts.watch is None:
+            raise UserError(f"--against: {path} is not a watched run (gcdoctor watch, or gcdoctor.watch in a script)")
+        facts.against = against
     verdicts = evaluate(facts, overrides=th)
     out = Path(args.out) if args.out else default_run_dir("analyze", path.stem.split(".")[0])
     rundir = RunDirectory(out, events=False)

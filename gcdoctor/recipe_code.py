@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gcdoctor.facts import Facts
+from gcdoctor.facts.against import AgainstFacts
 from gcdoctor.facts.policies import (PolicyCandidate, PolicyFacts, PolicySetting, RecipeChoice,
                                      RecipeConfirmation)
 from gcdoctor.recipe import describe, pick, policy_words
@@ -365,3 +366,25 @@ def render(recipe: Recipe, fmt: str) -> str:
     if fmt == "json":
         return json_text(recipe)
     raise ValueError(f"unknown format {fmt!r}")
+
+
+def against_facts(run_dir: str) -> AgainstFacts:
+    """The diagnose run's recipe, for a watched job to be held against (--against); one-line
+    UserErrors for a folder that is not a diagnose run."""
+    from pathlib import Path
+
+    from gcdoctor.errors import UserError
+    p = Path(run_dir)
+    if not (p / "facts.json").is_file():
+        raise UserError(f"--against {run_dir}: not a gcdoctor run directory (no facts.json)")
+    facts = Facts.load(p / "facts.json")
+    if facts.watch is not None or (facts.policies is None and facts.sweep is None):
+        raise UserError(f"--against {run_dir}: not a gcdoctor diagnose run (no policy search or batch sweep)")
+    recipe = recipe_of(facts)
+    m = facts.model
+    return AgainstFacts(run_dir=str(run_dir), source=recipe.source if recipe else "", model=m.name if m else "",
+                        n_params=m.n_params if m and m.n_params else None,
+                        device_name=facts.environment.device_name, seq_len=facts.settings.seq_len or None,
+                        dtype=facts.settings.dtype, recipe=recipe.choice if recipe else None,
+                        confirmation=recipe.confirmation if recipe else None,
+                        reason="" if recipe else "no measured setting fits")

@@ -21,6 +21,7 @@ from gcdoctor.rules.pcie_saturated_idle import PcieSaturatedIdleRule
 from gcdoctor.rules.prescription import PrescriptionRule
 from gcdoctor.rules.rank_straggler import RankStragglerRule
 from gcdoctor.rules.python_between_ops import PythonBetweenOpsRule
+from gcdoctor.rules.recipe_gap import RecipeGapRule
 from gcdoctor.rules.recompute_overhead import RecomputeOverheadRule
 from gcdoctor.rules.recompute_regather import RecomputeRegatherRule
 from gcdoctor.rules.recompute_share import RecomputeShareRule
@@ -38,6 +39,7 @@ ALL_RULES: list[Rule] = [
     ModelStatesDominateRule(),
     GcUnneededRule(),
     PrescriptionRule(),
+    RecipeGapRule(),
     OptimizerStepPeakRule(),
     AllocatorBoundaryRule(),
     RecomputeShareRule(),
