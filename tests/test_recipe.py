@@ -76,3 +76,17 @@ def test_within_resolution_the_smaller_peak_wins():
     pf = PolicyFacts(candidates=[cand("none", 4, 5100.0, 60.0), cand("layer", 4, 5000.0, 30.0)])
     assert rank_recipes(pf, seq_len=SEQ)[0].setting.policy == "none"
     assert rank_recipes(pf, seq_len=SEQ, within_pct=3.0)[0].setting.policy == "layer"
+
+
+def test_global_batch_reaches_the_run_config_and_excludes_target_batch():
+    import pytest
+
+    from gcdoctor.cli import build_parser, config_from_args
+    from gcdoctor.config import RunConfig
+    from gcdoctor.errors import UserError
+    args = build_parser().parse_args(["diagnose", "--global-batch", "64"])
+    assert config_from_args(args).global_batch == 64
+    with pytest.raises(UserError, match="--target-batch and --global-batch: give one"):
+        RunConfig(target_batch=2, global_batch=64)
+    with pytest.raises(UserError, match="--global-batch 0: must be between 1"):
+        RunConfig(global_batch=0)
