@@ -233,8 +233,10 @@ def rejected(policies: PolicyFacts) -> list:
 
 
 def pick(policies: PolicyFacts, *, seq_len: int, devices: int = 1):
-    """(the recipe, its accepted confirmation or None, the ranking): the accepted confirmation's
-    choice, else the best ranked choice no confirmation rejected (unconfirmed), else (None, None, ranking)."""
+    """(the recipe, its confirmation or None, the ranking): the accepted confirmation's choice; else
+    the best ranked choice no confirmation rejected (unconfirmed); else, every ranked choice having
+    been tried, the best one that ran in its fresh process (with that confirmation, `rejected` set:
+    too far from the prediction); else (None, None, ranking): every one ran out of memory there."""
     ranked = rank_recipes(policies, seq_len=seq_len, devices=devices)
     conf = policies.confirmed()
     if conf is not None:
@@ -243,4 +245,8 @@ def pick(policies: PolicyFacts, *, seq_len: int, devices: int = 1):
     for c in ranked:
         if not any(same(c, r.choice) for r in bad):
             return c, None, ranked
+    for c in ranked:
+        ran = next((r for r in bad if same(c, r.choice) and r.fits is not False), None)
+        if ran is not None:
+            return c, ran, ranked
     return None, None, ranked

@@ -39,6 +39,11 @@ class Recipe:
     facts: Facts
     alternatives: list[RecipeChoice]
 
+    @property
+    def confirmation_rejected(self) -> bool:
+        """The fresh process ran it but too far from the prediction (no other setting was left)."""
+        return self.confirmation is not None and bool(self.confirmation.rejected)
+
 
 def policies_from_sweep(facts: Facts) -> PolicyFacts:
     """A run without a policy search: its sweep's points (no checkpointing / every layer), the
@@ -263,7 +268,10 @@ def _header(recipe: Recipe) -> list[str]:
     f, c, conf = recipe.facts, recipe.choice, recipe.confirmation
     where = ", ".join(x for x in (f.model.name if f.model else "", f.environment.device_name,
                                   f"seq {f.settings.seq_len}" if f.settings.seq_len else "", f.settings.dtype) if x)
-    if conf is not None and conf.tokens_per_s:
+    if conf is not None and conf.tokens_per_s and conf.rejected:
+        fig = (f"{conf.tokens_per_s:,.0f} tok/s in a fresh process, not confirmed ({conf.rejected}); "
+               f"predicted {c.predicted_tokens_per_s or 0:,.0f}")
+    elif conf is not None and conf.tokens_per_s:
         fig = f"{conf.tokens_per_s:,.0f} tok/s confirmed in a fresh process (predicted {c.predicted_tokens_per_s:,.0f})"
     else:
         fig = f"{c.predicted_tokens_per_s or 0:,.0f} tok/s predicted, unconfirmed"
@@ -344,9 +352,12 @@ def json_text(recipe: Recipe) -> str:
     f, conf = recipe.facts, recipe.confirmation
     data = {
         "recipe": _choice_dict(recipe.choice),
-        "confirmed": None if conf is None else {
+        "confirmed": None if conf is None or recipe.confirmation_rejected else {
             "tokens_per_s": conf.tokens_per_s, "peak_allocated_bytes": conf.peak_allocated_bytes,
             "peak_reserved_bytes": conf.peak_reserved_bytes, "off_pct": conf.off_pct},
+        "fresh_process": None if conf is None else {
+            "tokens_per_s": conf.tokens_per_s, "peak_allocated_bytes": conf.peak_allocated_bytes,
+            "off_pct": conf.off_pct, "rejected": conf.rejected},
         "environment": environment(recipe),
         "source": recipe.source,
         "model": f.model.name if f.model else None,
@@ -386,5 +397,5 @@ def against_facts(run_dir: str) -> AgainstFacts:
                         n_params=m.n_params if m and m.n_params else None,
                         device_name=facts.environment.device_name, seq_len=facts.settings.seq_len or None,
                         dtype=facts.settings.dtype, recipe=recipe.choice if recipe else None,
-                        confirmation=recipe.confirmation if recipe else None,
+                        confirmation=recipe.confirmation if recipe and not recipe.confirmation_rejected else None,
                         reason="" if recipe else "no measured setting fits")

@@ -30,6 +30,10 @@ def _gib(x: int | None) -> str:
 
 def _figures(choice: RecipeChoice, conf: RecipeConfirmation | None) -> str:
     """'9,702 tok/s, peak 131.2 GiB confirmed (predicted 9,688, 130.9 GiB)' or '... predicted, unconfirmed'."""
+    if conf is not None and conf.tokens_per_s is not None and conf.rejected:
+        off = f"{conf.off_pct:+.0f} % " if conf.off_pct is not None else ""
+        return (f"{_tok(conf.tokens_per_s)} tok/s in a fresh process, {off}off the predicted "
+                f"{_tok(choice.predicted_tokens_per_s)}: not confirmed")
     if conf is not None and conf.tokens_per_s is not None:
         peak = f", peak {_gib(conf.peak_allocated_bytes)}" if conf.peak_allocated_bytes is not None else ""
         return (f"{_tok(conf.tokens_per_s)} tok/s{peak} confirmed (predicted {_tok(choice.predicted_tokens_per_s)}"
@@ -141,7 +145,10 @@ def judge_recipe(rule: Rule, facts: Facts) -> Verdict:
         line += (f"; {rel:+.0f} % over {policy_words(rival.setting.policy)} at {batch_words(rival)}{tag}")
         why.append(f"It runs {rel:+.0f}% against {describe(rival)}{tag} at "
                    f"{_tok(rival.predicted_tokens_per_s)} tokens/s.")
-    if conf is not None:
+    if conf is not None and conf.rejected:
+        why.append(f"A fresh process ran the whole setting but did not confirm it: {conf.rejected}. No other "
+                   "setting was left to confirm, so it stands, with figures that disagree.")
+    elif conf is not None:
         off = f" ({conf.off_pct:+.1f}% against the prediction)" if conf.off_pct is not None else ""
         why.append(f"A fresh process ran the whole setting: {_tok(conf.tokens_per_s)} tokens/s, peak "
                    f"{_gib(conf.peak_allocated_bytes)}{off}.")
@@ -149,6 +156,8 @@ def judge_recipe(rule: Rule, facts: Facts) -> Verdict:
         why.append("It is unconfirmed: no fresh process ran the whole setting, so the figures are the search's "
                    "measurement of each part, not of the composition.")
     for r in rejected(pf):
+        if r is conf:
+            continue
         why.append(f"{describe(r.choice).capitalize()} was confirmed first and rejected: "
                    f"{r.rejected or 'out of memory'}.")
     folds = sorted({FOLDS["allocator"]} if choice.setting.allocator != "default" else set())
@@ -156,7 +165,8 @@ def judge_recipe(rule: Rule, facts: Facts) -> Verdict:
         folds.append(FOLDS["optimizer"])
     if choice.setting.chunked_loss:
         folds.append(FOLDS["chunked_loss"])
-    state = "confirmed" if conf is not None else "predicted, unconfirmed"
+    state = ("confirmed" if conf is not None and not conf.rejected else
+             "not confirmed: off the prediction" if conf is not None else "predicted, unconfirmed")
     how = _how(choice, facts)
     v = rule.fired("info", f"Use {describe(choice)}: {_tok(speed)} tokens/s ({state})", ev, " ".join(why),
                    how[0].upper() + how[1:], line=line)
@@ -168,6 +178,17 @@ def _nothing_fits(rule: Rule, facts: Facts, pf: PolicyFacts, ev: list[Evidence])
     """No measured setting meets the target: the smallest change that does, with numbers."""
     seq = facts.settings.seq_len or 1
     pts = points(pf)
+    ranked = rank_recipes(pf, seq_len=seq, devices=_devices(facts))
+    if ranked:  # every setting that meets the target ran out of memory when confirmed
+        first = rejected(pf)[0]
+        line = (f"no recipe: every setting measured to fit ran out of memory in a fresh process (first: "
+                f"{describe(first.choice)})")
+        return rule.fired("warning", "No recipe: every setting measured to fit ran out of memory in a fresh process",
+                          ev, "The search measured them in its own process; a fresh process, as a training job "
+                              "starts, did not fit them: the boundary depends on the process's history.",
+                          "Train one batch below the search's and re-run gcdoctor diagnose; with the default "
+                          "allocator, expandable segments often hold the batch a fresh process cannot.",
+                          line=line)
     if pts and pf.target_batch is not None:
         top = max(pts, key=lambda p: (p.batch, p.tokens_per_s))
         acc = rank_recipes(pf, seq_len=seq, global_batch=pf.target_batch)

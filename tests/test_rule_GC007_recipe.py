@@ -250,3 +250,30 @@ def test_an_unconfirmed_recipe_is_marked_so_on_the_plot():
     facts = w3()
     facts.policies = h200_policies()
     assert ">recipe (unconfirmed)</text>" in pareto_plot(facts)
+
+
+def test_when_every_setting_was_tried_the_one_that_ran_stands_not_confirmed():
+    facts = w3()
+    pf = facts.policies = h200_policies()
+    pf.candidates = pf.candidates[:1]  # the search left one setting
+    [only] = rank_recipes(pf, seq_len=SEQ)
+    pf.confirmations = [RecipeConfirmation(choice=only, fits=True, tokens_per_s=15990.0, off_pct=65.1,
+                                           rejected="15,990 tokens/s confirmed against 9,688 predicted (+65.1 %, "
+                                                    "more than 5 % off)")]
+    v = gc007(facts)
+    assert v.line == ("no checkpointing, batch 3, expandable segments: 15,990 tok/s in a fresh process, +65 % off "
+                      "the predicted 9,688: not confirmed")
+    assert v.headline.endswith("(not confirmed: off the prediction)")
+    assert "did not confirm it: 15,990 tokens/s confirmed against 9,688 predicted" in v.explanation
+    assert "was confirmed first and rejected" not in v.explanation
+
+
+def test_when_every_setting_ran_out_of_memory_in_a_fresh_process_there_is_no_recipe():
+    facts = w3()
+    pf = facts.policies = h200_policies()
+    pf.confirmations = [RecipeConfirmation(choice=c, fits=False, rejected="out of memory at the first step")
+                        for c in rank_recipes(pf, seq_len=SEQ)]
+    v = gc007(facts)
+    assert (v.status, v.severity) == ("fired", "warning")
+    assert v.line == ("no recipe: every setting measured to fit ran out of memory in a fresh process (first: "
+                      "no checkpointing, batch 3, expandable segments)")

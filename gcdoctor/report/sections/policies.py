@@ -22,7 +22,8 @@ def _check(c) -> str | None:
     ch = c.check
     if ch is None:
         return None
-    share = f"recomputes {ch.recompute_share_pct:.0f}%" if ch.recompute_share_pct is not None else ""
+    share = (f"recompute {ch.recompute_share_pct:.0f}% of the forward" if ch.recompute_share_pct is not None
+             else "")
     verdict = {True: "as claimed", False: "NOT as claimed", None: "not checked"}[ch.ok]
     return ", ".join(x for x in (verdict, share, ch.note) if x)
 
@@ -54,9 +55,13 @@ def _keys(facts: Facts) -> list[Key]:
         out.append(Key("recipe", "recipe", describe(choice), compare=True))
         out.append(Key("recipe-target", "for", choice.target, compare=False))
         out.append(Key("recipe-predicted", "predicted", choice.predicted_tokens_per_s, "tok/s"))
-        out.append(Key("recipe-confirmed", "confirmed in a fresh process",
-                       conf.tokens_per_s if conf is not None else "unconfirmed",
-                       "tok/s" if conf is not None else "text"))
+        if conf is not None and conf.rejected:
+            out.append(Key("recipe-confirmed", "in a fresh process", f"{conf.tokens_per_s or 0:,.0f} tok/s, not "
+                                                                     f"confirmed: {conf.rejected}", "text"))
+        else:
+            out.append(Key("recipe-confirmed", "confirmed in a fresh process",
+                           conf.tokens_per_s if conf is not None else "unconfirmed",
+                           "tok/s" if conf is not None else "text"))
     if pf.search_seconds is not None:
         out.append(Key("search-seconds", "policy search", pf.search_seconds, "s"))
     if pf.confirm_seconds is not None:
@@ -107,7 +112,7 @@ def pareto_plot(facts: Facts) -> str:
     marks = []
     if choice is not None and choice.predicted_peak_bytes is not None and choice.predicted_tokens_per_s:
         said = (f"recipe, confirmed {conf.tokens_per_s:,.0f} tok/s" if conf is not None and conf.tokens_per_s
-                else "recipe (unconfirmed)")
+                and not conf.rejected else "recipe (unconfirmed)")
         marks.append(Mark(choice.predicted_peak_bytes / GIB, choice.predicted_tokens_per_s, said, "#D55E00", "dot",
                           dy=16))
     return line_plot(series, title="Peak memory against throughput, every measured setting",
