@@ -269,8 +269,9 @@ def _header(recipe: Recipe) -> list[str]:
     where = ", ".join(x for x in (f.model.name if f.model else "", f.environment.device_name,
                                   f"seq {f.settings.seq_len}" if f.settings.seq_len else "", f.settings.dtype) if x)
     if conf is not None and conf.tokens_per_s and conf.rejected:
-        fig = (f"{conf.tokens_per_s:,.0f} tok/s in a fresh process, not confirmed ({conf.rejected}); "
-               f"predicted {c.predicted_tokens_per_s or 0:,.0f}")
+        off = f" ({conf.off_pct:+.0f} %)" if conf.off_pct is not None else ""
+        fig = (f"{conf.tokens_per_s:,.0f} tok/s in a fresh process against {c.predicted_tokens_per_s or 0:,.0f} "
+               f"predicted{off}: not confirmed")
     elif conf is not None and conf.tokens_per_s:
         fig = f"{conf.tokens_per_s:,.0f} tok/s confirmed in a fresh process (predicted {c.predicted_tokens_per_s:,.0f})"
     else:
