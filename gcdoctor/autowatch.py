@@ -151,6 +151,22 @@ def install_from_env() -> AutoWatch | None:
     return _ACTIVE
 
 
+def hold_against(out: Path, against: Any) -> None:
+    """The watched run against a diagnose run's recipe: recorded in its facts, the reports written
+    again, and the recipe-gap verdict's line said."""
+    from gcdoctor.engine import evaluate
+    from gcdoctor.facts import Facts
+    from gcdoctor.report import write_reports
+    facts = Facts.load(out / "facts.json")
+    facts.against = against
+    facts.save(out / "facts.json")
+    verdicts = evaluate(facts)
+    write_reports(out, facts, verdicts)
+    for v in verdicts:
+        if v.code == "GC013" and (v.line or v.headline):
+            print(f"gcdoctor watch: {v.line or v.headline}", file=sys.stderr)
+
+
 def run_watch(args: Any) -> int:
     """`gcdoctor watch [--out DIR] [--profile-steps 5,6] [--telemetry-hz 20] [--ranks all|0] -- CMD ...`:
     run CMD with this process's environment plus gcdoctor's sitecustomize; return CMD's exit code."""
@@ -172,6 +188,10 @@ def run_watch(args: Any) -> int:
     hz = 20.0 if args.telemetry_hz is None else args.telemetry_hz
     if hz < 0 or hz > 1000:
         raise UserError(f"--telemetry-hz {hz:g}: use a rate between 0 (off) and 1000 Hz")
+    against = None
+    if getattr(args, "against", None):  # checked before the job runs: a typo costs no training time
+        from gcdoctor.recipe_code import against_facts
+        against = against_facts(args.against)
     out = Path(args.out) if args.out else default_run_dir("watch", Path(cmd[-1]).stem if cmd else None)
     out = out.resolve()
     site = write_site(out.parent / f".{out.name}-site")
@@ -190,6 +210,8 @@ def run_watch(args: Any) -> int:
         shutil.rmtree(site, ignore_errors=True)
     ranks = sorted(out.glob("rank-*/facts.json"))
     if (out / "facts.json").is_file():
+        if against is not None:
+            hold_against(out, against)
         print(f"gcdoctor watch: run directory {out} (gcdoctor analyze {out})", file=sys.stderr)
     elif ranks:
         print(f"gcdoctor watch: {len(ranks)} rank directories under {out} (gcdoctor analyze {out} merges them)",

@@ -94,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--batch-sizes", help="fixed comma-separated batch sizes instead of the search")
     d.add_argument("--max-batch", type=_positive_int, help="upper bound of the batch search (default 256)")
     d.add_argument("--target-batch", type=_positive_int, help="the per-device batch you train at")
+    d.add_argument("--global-batch", type=_positive_int,
+                   help="the global batch you train at; the recipe may reach it with gradient accumulation")
     d.add_argument("--steps", type=_positive_int, help="measured steps per point (default 3)")
     d.add_argument("--warmup", type=_int, help="warm-up steps per point (default 1)")
     d.add_argument("--probes", help="comma-separated probes to run (default: all that apply)")
@@ -126,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--out", help="where to write the reports (default: a new folder under ./gcdoctor-runs/)")
     a.add_argument("--config", help="TOML file with [thresholds.RULE] overrides")
     a.add_argument("--threshold", action="append", default=[])
+    a.add_argument("--against", metavar="DIAGNOSE_RUN",
+                   help="a watched run: how far it is from this diagnose run's recipe (tokens/s and settings)")
     _add_fail_on(a)
     _add_json(a)
 
@@ -165,9 +169,17 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--out", help="run directory (default: a new folder under ./gcdoctor-runs/)")
     w.add_argument("--profile-steps", help="steps to profile, comma-separated (default 5,6)")
     w.add_argument("--telemetry-hz", type=float, help="telemetry sampling rate, 0 = off (default 20)")
+    w.add_argument("--against", metavar="DIAGNOSE_RUN",
+                   help="after the job: how far it is from this diagnose run's recipe (tokens/s and settings)")
     w.add_argument("--ranks", choices=["all", "0"], default="all",
                    help="distributed jobs: a run directory per rank (all, default) or rank 0 only")
     w.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command, e.g. -- python train.py --lr 1e-4")
+
+    r = sub.add_parser("recipe", help="the run's recipe as code: TrainingArguments, a PyTorch snippet or JSON")
+    r.add_argument("run", help="a gcdoctor diagnose run directory (its facts.json)")
+    r.add_argument("--format", choices=["pytorch", "hf", "json"], default="pytorch",
+                   help="pytorch (default): a plain PyTorch snippet; hf: Hugging Face TrainingArguments and the "
+                        "environment; json: for tools")
 
     c = sub.add_parser("compare", help="two runs side by side")
     c.add_argument("run_a")
@@ -201,7 +213,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     kw: dict[str, Any] = dict(run)
     simple = {"model": "model", "layers": "layers", "device": "device", "dtype": "dtype", "seq_len": "seq_len",
               "optimizer": "optimizer", "max_batch": "max_batch", "target_batch": "target_batch",
-              "steps": "measure_steps", "warmup": "warmup_steps", "probe_layers": "probe_layers",
+              "global_batch": "global_batch", "steps": "measure_steps", "warmup": "warmup_steps", "probe_layers": "probe_layers",
               "probe_batch": "probe_batch", "telemetry_hz": "telemetry_hz", "out": "out", "seed": "seed",
               "nproc": "nproc", "shard": "shard", "checkpoint_impl": "checkpoint_impl"}
     for arg, name in simple.items():
@@ -345,7 +357,15 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     _, th = _thresholds(args)
     path = Path(args.path)
+    against = None
+    if args.against:
+        from gcdoctor.recipe_code import against_facts
+        against = against_facts(args.against)
     facts = load_recorded(path)
+    if against is not None:
+        if facts.watch is None:
+            raise UserError(f"--against: {path} is not a watched run (gcdoctor watch, or gcdoctor.watch in a script)")
+        facts.against = against
     verdicts = evaluate(facts, overrides=th)
     out = Path(args.out) if args.out else default_run_dir("analyze", path.stem.split(".")[0])
     rundir = RunDirectory(out, events=False)
@@ -365,6 +385,22 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         print(summary(facts, verdicts, str(report)))
     _say_incomplete(facts, verdicts, live=False)
     return run_exit_code(facts, verdicts, args.fail_on, args.fail_on_experiments, live=False)
+
+
+def cmd_recipe(args: argparse.Namespace) -> int:
+    from gcdoctor.facts import Facts
+    from gcdoctor.recipe_code import recipe_of, render
+    path = Path(args.run)
+    if not path.is_dir():
+        raise UserError(f"{path}: not a run directory (give the folder gcdoctor diagnose wrote)")
+    if not (path / "facts.json").is_file():
+        raise UserError(f"{path}: no facts.json: not a gcdoctor run directory")
+    facts = Facts.load(path / "facts.json")
+    recipe = recipe_of(facts)
+    if recipe is None:
+        raise UserError(f"{path}: no recipe: no measured setting fits (see its report's bottom line)")
+    sys.stdout.write(render(recipe, args.format))
+    return EXIT_OK
 
 
 def _rule_dict(rule: Any, doc: bool = False) -> dict[str, Any]:
@@ -496,7 +532,7 @@ def _write_text(path: Path, text: str, flag: str) -> None:
 
 COMMANDS = {"diagnose": cmd_diagnose, "analyze": cmd_analyze, "rules": cmd_rules, "explain": cmd_explain,
             "models": cmd_models, "plan": cmd_plan, "monitor": cmd_monitor, "compare": cmd_compare,
-            "watch": cmd_watch}
+            "watch": cmd_watch, "recipe": cmd_recipe}
 
 
 def _sigterm(signum: int, frame: Any) -> None:

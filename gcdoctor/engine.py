@@ -61,6 +61,9 @@ class Verdict:
     line: str = ""
     topic: str = ""  # the report section it belongs to: sweep, memory, granularity, offload, jitter, trace, ...
     traceback: str = ""  # status "error": where the rule raised
+    # codes of the verdicts this one folds in (the recipe's allocator and optimizer): the bottom line
+    # does not repeat them as rows of their own
+    folds: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)

@@ -507,6 +507,11 @@ class Watcher:
     def name_optimizer(self, opt: Any) -> None:
         self.facts.watch.optimizer = type(opt).__name__
         self.facts.settings.optimizer = type(opt).__name__.lower()
+        d = getattr(opt, "defaults", None) or {}
+        self.facts.watch.optimizer_impl = ("fused" if d.get("fused") else "forloop" if d.get("foreach") is False
+                                           else "foreach" if "foreach" in d else "")
+        from gcdoctor.allocator import alloc_conf_env
+        self.facts.watch.alloc_conf = os.environ.get(alloc_conf_env(self.facts.environment.device_kind))
 
     def _forward_pre(self, module: Any, args: tuple, kwargs: dict) -> None:
         if not (torch.is_grad_enabled() and getattr(module, "training", True)):

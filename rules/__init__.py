@@ -23,6 +23,7 @@ from gcdoctor.rules.prescription import PrescriptionRule
 from gcdoctor.rules.rank_straggler import RankStragglerRule
 from gcdoctor.rules.python_between_ops import PythonBetweenOpsRule
 from gcdoctor.rules.queued_idle import DeviceQueuedIdleRule
+from gcdoctor.rules.recipe_gap import RecipeGapRule
 from gcdoctor.rules.recompute_overhead import RecomputeOverheadRule
 from gcdoctor.rules.recompute_regather import RecomputeRegatherRule
 from gcdoctor.rules.recompute_share import RecomputeShareRule
@@ -40,6 +41,7 @@ ALL_RULES: list[Rule] = [
     ModelStatesDominateRule(),
     GcUnneededRule(),
     PrescriptionRule(),
+    RecipeGapRule(),
     OptimizerStepPeakRule(),
     AllocatorBoundaryRule(),
     RecomputeShareRule(),

@@ -83,38 +83,53 @@ def _spread_pct(m: Measurement) -> float:
 
 class PrescriptionRule(Rule):
     """What it checks:
-    From what the batch sweep measured on the full model, which checkpointing policy trains the
-    user's target batch (--target-batch; without one, the largest batch any measured policy fits)
-    fastest: no checkpointing or layer checkpointing, each at its own measured largest batch. It
-    names the policy, the batch, its tokens/s, and the other policy at its own best batch (for
-    example: no checkpointing fits batch 2 at X tok/s; layer checkpointing batch 11 at Y tok/s).
-    Where the allocator probe measured the boundary in fresh processes, that is the boundary used
-    (what a job starting at the batch can rely on), and a batch only expandable segments hold is
-    prescribed with that allocator setting. When the timings are too noisy to rank the policies,
-    or only one was measured, it says so instead of choosing.
+    The recipe: from the policy search on the full model (every checkpointing policy applied for
+    real: none, every layer, every N-th layer, attention- or MLP-only, op-level selective, the
+    compiler's activation memory budget, CPU offload; each crossed with the allocator setting, the
+    AdamW implementation and a chunked loss), the one whole setting that trains fastest per token
+    for the user's target: --target-batch N (micro-batch N per device), --global-batch G (each
+    setting at a measured micro-batch that divides it, with gradient accumulation; the optimizer
+    step counted once per G), or, without either, the fastest per token, said as an assumption,
+    compared with the largest batch any setting fits. A setting another beats on both tokens/s and
+    peak memory never wins; one whose trace shows it does not do what it claims, or that the search
+    dropped, does not compete. It says the recipe's tokens/s and peak as confirmed by a fresh
+    process beside the prediction, or plainly "unconfirmed", and why an earlier candidate was
+    rejected (out of memory, more than 5 % off). When nothing fits the target: the batch that fits
+    and the accumulation that reaches the target; when nothing fits batch 1, the smallest change
+    that does, from the memory model (8-bit optimizer states, the optimizer on the host, adapters,
+    another optimizer, sharding over N devices). The verdicts the recipe folds in (GC009 for
+    expandable segments, GC008 for the AdamW implementation, GC002 for the chunked loss) are not
+    repeated in the bottom line.
+    A run recorded without the policy search: which of no checkpointing and layer checkpointing
+    trains the target batch (--target-batch; else the largest batch any measured policy fits)
+    fastest, each at its own measured largest batch, with the fresh processes' boundary per
+    allocator where the allocator probe measured it; when the timings are too noisy to rank the
+    policies, or only one was measured, it says so instead of choosing.
 
     Why it matters:
-    Checkpointing trades step time for batch. The question a training job needs answered is not
-    whether checkpointing works but which setting to use: a larger per-device batch with
-    recomputation, or a smaller one without it (and gradient accumulation to the same global
-    batch), whichever moves more tokens per second. Without checkpointing a smaller batch is often
-    faster per token; with it the device runs a larger batch, which some jobs need.
+    The user's question ends in "what should I change". Checkpointing trades step time for batch,
+    the allocator and the AdamW implementation move the boundary without changing the math, and
+    gradient accumulation reaches a global batch from any micro-batch: the answer is one setting,
+    whole and measured, not a list of separate findings. A larger batch is often not the faster
+    one per token.
 
     Evidence:
-    Per policy: the largest batch that fits (in fresh processes per allocator, where measured),
-    the batch with the most tokens/s and its tokens/s, tokens/s at the target batch; the target
-    batch and where it came from; the step-to-step spread of the timings compared.
+    The target and where it came from; every candidate: its batch, tokens/s and peak, its predicted
+    largest batch, whether it does what it claims, why it was dropped; every confirmation with its
+    tokens/s, peak and distance from the prediction, or why it was rejected; the seconds the search
+    and the confirmation took. Without the policy search: per policy the largest batch (fresh, per
+    allocator, where measured), the fastest batch and its tokens/s, the spread of the timings.
 
     How to fix:
-    Use the prescribed policy and batch with the settings given. If your global batch can be
-    reached with gradient accumulation at the smaller batch, prefer the faster policy per token.
-    Re-run with --target-batch N for the batch you train at.
+    Apply the recipe: `gcdoctor recipe RUN` prints it as a PyTorch snippet, Hugging Face
+    TrainingArguments with the environment, or JSON. Give --target-batch or --global-batch for the
+    batch you train at; watch the job with `gcdoctor watch --against RUN` to see how far it is.
     """
 
     code = "GC007"
     slug = "prescription"
-    title = "Prescription: the fastest measured policy for the target batch"
-    requires = ("sweep.measurements",)
+    title = "Prescription: the recipe for the target"
+    requires = ()
     scope = CONFIGURATION
     topic = "prescription"
     defaults = {
@@ -129,6 +144,11 @@ class PrescriptionRule(Rule):
     }
 
     def check(self, facts: Facts, t: dict[str, float]) -> Verdict:
+        if facts.policies is not None and facts.policies.candidates:
+            from gcdoctor.rules._recipe import judge_recipe
+            return judge_recipe(self, facts)
+        if facts.get("sweep.measurements") is None:
+            return self.inconclusive(facts.missing_reason("sweep.measurements"))
         s = facts.sweep
         from gcdoctor.rules.allocator_boundary import fresh_ooms_conclusive
         conclusive = fresh_ooms_conclusive(facts, t["max_held_gib"])

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gcdoctor.facts.against import AgainstFacts
 from gcdoctor.facts.distributed import DistributedFacts
 from gcdoctor.facts.granularity import GranularityFacts
 from gcdoctor.facts.jitter import JitterFacts
@@ -123,6 +124,7 @@ class Facts:
     monitor: MonitorFacts | None = None  # gcdoctor monitor: telemetry windows of another process's job
     ranks: RankSummary | None = None  # gcdoctor analyze DIR of per-rank traces: the cross-rank summary
     distributed: DistributedFacts | None = None  # a diagnose over N ranks (FSDP2 / ZeRO-3): every rank's numbers
+    against: AgainstFacts | None = None  # a watched job held against a diagnose run's recipe (--against)
     unavailable: dict[str, str] = field(default_factory=dict)  # dotted path -> why not measured
 
     def get(self, path: str) -> Any:
@@ -194,7 +196,7 @@ class Facts:
 
 
 __all__ = [
-    "AllocatorFacts", "DistributedFacts", "Environment", "Facts", "GranularityFacts", "JitterFacts", "Measurement", "MemoryModelFacts",
+    "AgainstFacts", "AllocatorFacts", "DistributedFacts", "Environment", "Facts", "GranularityFacts", "JitterFacts", "Measurement", "MemoryModelFacts",
     "ModelInfo", "MonitorFacts", "OffloadFacts", "OomInfo", "PolicyFacts", "OptimizerFacts", "ProfilerOverhead", "RunSettings", "SCHEMA_VERSION", "SearchTrial",
     "SeriesSummary", "SweepFacts", "TelemetryFacts", "TraceMetrics", "WatchFacts",
 ]

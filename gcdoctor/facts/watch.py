@@ -149,6 +149,8 @@ class WatchFacts:
     seq_len: int | None = None
     micro_batches: int | None = None  # forwards per optimizer step
     optimizer: str = ""  # the optimizer's class (AdamW, SGD, DeepSpeedCPUAdam, ...)
+    optimizer_impl: str = ""  # a torch optimizer's implementation: fused | foreach | forloop ("" unknown)
+    alloc_conf: str | None = None  # the job's PYTORCH_CUDA_ALLOC_CONF (PYTORCH_MUSA_ALLOC_CONF); None: unset
     phases_from: str = ""  # hooks the phases came from: "model+optimizer", "optimizer", "" (none)
     checkpointing: CheckpointingSettings = field(default_factory=CheckpointingSettings)
     recompute: WatchRecompute | None = None

@@ -2,10 +2,12 @@
 at most 12 lines of 80 columns, the same in the console summary, report.md, report.html's first screen
 and the TUI's verdict panel (DESIGN.md, "What the user reads first").
 
-In order: what stopped the run from being complete (a crashed probe, a rule that raised, an
+In order: the prescription (the recipe: the first row after the title, and never the row that is
+cut), what stopped the run from being complete (a crashed probe, a rule that raised, an
 interruption), the configuration verdicts that fired (most severe first) or, when none did, the ones
-that passed, the prescription, at most three device findings from the experiments, and how many
-further findings there are below. The rules decide what each line says (`Verdict.line`) and which
+that passed, at most three device findings from the experiments, and how many further findings there
+are below. Verdicts the recipe folds in (`Verdict.folds`: its allocator setting, its optimizer) are
+not repeated as rows of their own. The rules decide what each line says (`Verdict.line`) and which
 experiment verdicts are device findings; this module only selects by scope and severity, orders, wraps
 and counts.
 """
@@ -115,11 +117,13 @@ def bottom_line(verdicts: list[Verdict], title: str, problems: list[str] | None 
                 width: int = WIDTH, max_lines: int = MAX_LINES) -> list[Row]:
     """The rows, title first, at most `max_lines` of at most `width` columns."""
     ordered = sorted(verdicts, key=lambda v: (SEVERITY_ORDER.get(v.severity, 9), v.code, v.subject))
+    prescription = [v for v in ordered if v.topic == PRESCRIPTION and (v.status != "inconclusive" or v.line)]
+    folded = {code for v in prescription if v.status == "fired" for code in v.folds}
+    ordered = [v for v in ordered if v.code not in folded or v.status == "error"]
     config = [v for v in ordered if v.scope != EXPERIMENT and v.topic != PRESCRIPTION]
     fired = [v for v in config if v.status in ("fired", "error")]
     passed = [v for v in config if v.status == "passed" and v.line]
     passed_quiet = [v for v in config if v.status == "passed" and not v.line]
-    prescription = [v for v in ordered if v.topic == PRESCRIPTION and (v.status != "inconclusive" or v.line)]
     experiments = [v for v in ordered if v.scope == EXPERIMENT]
     errors = [v for v in experiments if v.status == "error"]
     findings = [v for v in experiments if v.line and v.status == "fired"][:MAX_DEVICE_FINDINGS]
@@ -150,13 +154,15 @@ def bottom_line(verdicts: list[Verdict], title: str, problems: list[str] | None 
     shown: list[tuple[str, list[Row]]] = []
     used = 0
     left_out: dict[str, int] = {}
+    # the recipe is placed first, so it is never the block that is cut
+    blocks.sort(key=lambda b: b[0] != "use")
     for kind, rows in blocks:
-        if used + len(rows) <= budget:
+        if kind == "use" or used + len(rows) <= budget:
             shown.append((kind, rows))
             used += len(rows)
         else:
             left_out[kind] = left_out.get(kind, 0) + 1
-    order = ["problem", "healthy", "fired", "ok", "use", "dev"]
+    order = ["use", "problem", "healthy", "fired", "ok", "dev"]
     shown.sort(key=lambda b: order.index(b[0]))
     out = [Row("", f"Bottom line: {title}", title=True)]
     for _, rows in shown:

@@ -3,11 +3,11 @@ adds its entry here; the Markdown, HTML and compare writers need nothing else.""
 from __future__ import annotations
 
 from gcdoctor.report.model import Section
-from gcdoctor.report.sections import (allocator, distributed, granularity, jitter, memory, offload, sweep,
+from gcdoctor.report.sections import (allocator, distributed, granularity, jitter, memory, offload, policies, sweep,
                                       telemetry, trace, watch)
 
 SECTIONS: list[Section] = [
-    watch.WATCH, sweep.SECTION, distributed.SECTION, memory.SECTION, allocator.ALLOCATOR, allocator.OPTIMIZER,
+    watch.WATCH, policies.SECTION, sweep.SECTION, distributed.SECTION, memory.SECTION, allocator.ALLOCATOR, allocator.OPTIMIZER,
     granularity.SECTION, offload.SECTION, jitter.SECTION,
     watch.MONITOR, telemetry.SECTION, trace.TRACE, trace.PROFILER,
 ]
