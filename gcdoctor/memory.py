@@ -1285,3 +1285,39 @@ def refresh_context(ctx: Any, tolerance: int = 32 * MiB) -> bool:
                      f"({read / MiB:.0f} MiB; {mm.context_bytes / MiB:.0f} MiB before them)")
     ctx.facts.memory_model = new
     return True
+
+
+# ---------------------------------------------------------------------------------------
+# other checkpointing policies, from what their layers keep
+
+
+def policy_peak_bytes(spec: Any, batch: int, seq_len: int, kept_per_token: float, dtype: str = "bf16",
+                      optimizer: str = "adamw", device: str = "cuda", loss_chunks: int = 1) -> int:
+    """The predicted peak of one step under a checkpointing policy whose decoder layers keep
+    `kept_per_token` bytes per token each for the backward (measured on a few layers; the layer's
+    output included), with the loss computed `loss_chunks` slices at a time.
+
+    The two policies the timeline replays exactly bound it: every layer checkpointed (a layer keeps
+    its input) and none (a layer keeps all it saves). The forward/backward peak is interpolated
+    between theirs by where the policy's bytes lie between the two layers' bytes; a chunked loss
+    keeps 1/`loss_chunks` of the logits and loss blocks live at that peak. The optimizer step's
+    peak does not depend on the policy."""
+    full = layer_activation_bytes_per_token(spec, dtype)
+    residue = checkpoint_residue_bytes_per_token(spec, dtype)
+    preds = [predict(spec, Workload(batch, seq_len, dtype, optimizer, gc, device)) for gc in (True, False)]
+    fb = []
+    for p in preds:
+        peak = p.fwd_bwd
+        loss = peak.breakdown.get("logits_loss", 0)
+        fb.append(peak.bytes - (loss - loss // max(loss_chunks, 1)))
+    frac = (kept_per_token - residue) / (full - residue) if full > residue else 1.0
+    fwd_bwd = fb[0] + (fb[1] - fb[0]) * max(frac, 0.0)
+    return int(max(fwd_bwd, preds[0].optimizer.bytes))
+
+
+def policy_max_batch(spec: Any, room_bytes: int, seq_len: int, kept_per_token: float, dtype: str = "bf16",
+                     optimizer: str = "adamw", device: str = "cuda", loss_chunks: int = 1,
+                     cap: int = 1 << 12) -> int:
+    """The largest batch whose `policy_peak_bytes` is within `room_bytes` (0: not even 1)."""
+    return largest_fitting(lambda b: policy_peak_bytes(spec, b, seq_len, kept_per_token, dtype, optimizer, device,
+                                                       loss_chunks) <= room_bytes, cap)
