@@ -94,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--batch-sizes", help="fixed comma-separated batch sizes instead of the search")
     d.add_argument("--max-batch", type=_positive_int, help="upper bound of the batch search (default 256)")
     d.add_argument("--target-batch", type=_positive_int, help="the per-device batch you train at")
+    d.add_argument("--global-batch", type=_positive_int,
+                   help="the global batch you train at; the recipe may reach it with gradient accumulation")
     d.add_argument("--steps", type=_positive_int, help="measured steps per point (default 3)")
     d.add_argument("--warmup", type=_int, help="warm-up steps per point (default 1)")
     d.add_argument("--probes", help="comma-separated probes to run (default: all that apply)")
@@ -201,7 +203,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     kw: dict[str, Any] = dict(run)
     simple = {"model": "model", "layers": "layers", "device": "device", "dtype": "dtype", "seq_len": "seq_len",
               "optimizer": "optimizer", "max_batch": "max_batch", "target_batch": "target_batch",
-              "steps": "measure_steps", "warmup": "warmup_steps", "probe_layers": "probe_layers",
+              "global_batch": "global_batch", "steps": "measure_steps", "warmup": "warmup_steps", "probe_layers": "probe_layers",
               "probe_batch": "probe_batch", "telemetry_hz": "telemetry_hz", "out": "out", "seed": "seed",
               "nproc": "nproc", "shard": "shard", "checkpoint_impl": "checkpoint_impl"}
     for arg, name in simple.items():

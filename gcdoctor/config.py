@@ -43,7 +43,7 @@ DEVICE_RE = re.compile(r"auto|cpu|(cuda|musa)(:\d{1,3})?")
 
 # field -> the command-line flag that sets it, for one-line errors that say what to change
 FLAGS = {"layers": "--layers", "seq_len": "--seq-len", "batch_sizes": "--batch-sizes", "max_batch": "--max-batch",
-         "target_batch": "--target-batch", "warmup_steps": "--warmup", "measure_steps": "--steps",
+         "target_batch": "--target-batch", "global_batch": "--global-batch", "warmup_steps": "--warmup", "measure_steps": "--steps",
          "probe_layers": "--probe-layers", "probe_batch": "--probe-batch", "telemetry_hz": "--telemetry-hz",
          "memory_limit_bytes": "--memory-limit", "seed": "--seed", "probes": "--probes", "device": "--device",
          "dtype": "--dtype", "optimizer": "--optimizer", "model": "--model", "out": "--out"}
@@ -74,6 +74,8 @@ class RunConfig:
     batch_sizes: list[int] | None = None  # fixed list instead of the search
     max_batch: int = 256  # the search never goes beyond this
     target_batch: int | None = None  # the per-device batch the user wants to train at
+    # the global batch the user trains at (micro-batch x accumulation x devices): the recipe may accumulate
+    global_batch: int | None = None
     optimizer: str = "adamw"  # adamw | sgd
     warmup_steps: int = 1
     measure_steps: int = 3
@@ -114,6 +116,10 @@ class RunConfig:
         _int_in(self, "seq_len", 2, MAX_SEQ_LEN)
         _int_in(self, "max_batch", 1, MAX_BATCH, optional=False)
         _int_in(self, "target_batch", 1, MAX_BATCH)
+        _int_in(self, "global_batch", 1, MAX_BATCH)
+        if self.target_batch is not None and self.global_batch is not None:
+            raise UserError("--target-batch and --global-batch: give one (the per-device batch, or the global "
+                            "batch that gradient accumulation may reach)")
         _int_in(self, "warmup_steps", 0, MAX_STEPS, optional=False)
         _int_in(self, "measure_steps", 1, MAX_STEPS, optional=False)
         _int_in(self, "probe_layers", 1, MAX_LAYERS)
