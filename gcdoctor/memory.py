@@ -93,6 +93,9 @@ class Workload:
     # capture computes the loss inside a helper and drops `out`: the logits die after the loss.
     keep_logits: bool = False
     policy: StatesPolicy | None = None  # None: the measured setup (all states on this device)
+    # the loss computed this many slices of tokens at a time (a chunked loss): the logits and loss
+    # blocks alive at any moment are this many times smaller
+    loss_chunks: int = 1
 
     def check(self) -> None:
         if self.dtype not in DTYPE_BYTES:
@@ -362,6 +365,7 @@ class _Timeline:
         self.peak = Peak()
         self.groups: dict[str, list[str]] = {}
         self.grad_scale = 1.0  # a StatesPolicy's: sharded or adapter-only gradients
+        self.loss_scale = 1.0  # a chunked loss's: one slice of the logits and loss blocks at a time
 
     def at(self, where: str) -> None:
         self.where = where
@@ -369,6 +373,8 @@ class _Timeline:
     def alloc(self, name: str, nbytes: int, cat: str) -> None:
         if cat == "grads" and self.grad_scale != 1.0:
             nbytes = int(nbytes * self.grad_scale)
+        if cat == LOSS and self.loss_scale != 1.0:
+            nbytes = -(-nbytes * 1000 // int(1000 / self.loss_scale))
         if nbytes <= 0:
             return
         if self.round_to > 1:
@@ -664,6 +670,7 @@ def predict(spec: Any, workload: Workload, in_place: bool | None = None) -> Pred
     sem = _semantics(d, w.device, in_place)
     st = model_states(spec, w.dtype, w.optimizer, w.device, w.master_weights)
     tl = _Timeline(sem.round_to)
+    tl.loss_scale = 1.0 / max(w.loss_chunks, 1)
     notes: list[str] = []
     approximate = spec.model_type not in EXACT_TYPES
     if approximate:
@@ -1300,16 +1307,13 @@ def policy_peak_bytes(spec: Any, batch: int, seq_len: int, kept_per_token: float
     The two policies the timeline replays exactly bound it: every layer checkpointed (a layer keeps
     its input) and none (a layer keeps all it saves). The forward/backward peak is interpolated
     between theirs by where the policy's bytes lie between the two layers' bytes; a chunked loss
-    keeps 1/`loss_chunks` of the logits and loss blocks live at that peak. The optimizer step's
-    peak does not depend on the policy."""
+    is replayed as logits and loss blocks `loss_chunks` times smaller (Workload.loss_chunks). The
+    optimizer step's peak does not depend on the policy."""
     full = layer_activation_bytes_per_token(spec, dtype)
     residue = checkpoint_residue_bytes_per_token(spec, dtype)
-    preds = [predict(spec, Workload(batch, seq_len, dtype, optimizer, gc, device)) for gc in (True, False)]
-    fb = []
-    for p in preds:
-        peak = p.fwd_bwd
-        loss = peak.breakdown.get("logits_loss", 0)
-        fb.append(peak.bytes - (loss - loss // max(loss_chunks, 1)))
+    preds = [predict(spec, Workload(batch, seq_len, dtype, optimizer, gc, device, loss_chunks=loss_chunks))
+             for gc in (True, False)]
+    fb = [p.fwd_bwd.bytes for p in preds]
     frac = (kept_per_token - residue) / (full - residue) if full > residue else 1.0
     fwd_bwd = fb[0] + (fb[1] - fb[0]) * max(frac, 0.0)
     return int(max(fwd_bwd, preds[0].optimizer.bytes))

@@ -9,8 +9,9 @@
    from the layer's kept bytes (gcdoctor.memory.policy_max_batch).
 3. A policy that keeps no fewer bytes than another and was no faster per layer is dropped before
    the full model runs it; the rest are measured once each on the full model at the predicted
-   largest batch (one batch lower after an OOM), and dropped as soon as a measured one is at
-   least as fast with at least as large a batch.
+   largest batch (one batch lower after an OOM; the target batch, or a divisor of the global
+   batch, where the user gave one), fastest per layer first. One not yet measured is dropped as
+   soon as a measured one fits at least its predicted batch and was no slower per layer.
 4. The recipes are ranked (gcdoctor.recipe.rank_recipes) and the first is confirmed in a fresh
    process (the allocator probe's worker) that runs the whole setting as the user would: the
    allocator variable, the optimizer, the loss, the micro-batch and the accumulation. An OOM or
@@ -19,13 +20,12 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from typing import Any, Callable
 
 from gcdoctor.capture import TrainingStep, free_memory
-from gcdoctor.facts.policies import (POLICY_LAYER, POLICY_NONE, PolicyCandidate, PolicyFacts, PolicySetting,
+from gcdoctor.facts.policies import (POLICY_NONE, PolicyCandidate, PolicyFacts, PolicySetting,
                                      RecipeChoice, RecipeConfirmation)
 from gcdoctor.facts.serde import from_dict
 from gcdoctor.facts.sweep import Measurement
@@ -63,7 +63,7 @@ class PoliciesProbe:
         self._predict(ctx, facts, checks)
         self._drop_before_measuring(facts, checks)
         ctx.save()
-        self._measure_full(ctx, facts)
+        self._measure_full(ctx, facts, checks)
         facts.search_seconds = round(time.monotonic() - t0, 1)
         ctx.save()
         t1 = time.monotonic()
@@ -86,7 +86,7 @@ class PoliciesProbe:
                 t = time.monotonic()
                 try:
                     res = P.check_policy(model, policy, ctx.backend, cfg.probe_batch, ctx.seq_len, spec, ctx.dtype,
-                                         cfg.optimizer, cfg.seed, trace_dir=trace_dir)
+                                         _optimizer(ctx), cfg.seed, trace_dir=trace_dir)
                 except Exception as exc:  # noqa: BLE001 - a policy the stack cannot run is a finding
                     if ctx.backend.is_oom(exc):
                         facts.notes.append(f"{policy}: the per-layer check ran out of memory at batch "
@@ -130,7 +130,7 @@ class PoliciesProbe:
         dev = kind if kind in M.DEVICE_KINDS else "cuda"
         room = self._room(ctx)
         tokens = cfg.probe_batch * ctx.seq_len
-        optimizer = "adamw-fused" if cfg.optimizer == "adamw" and kind in ("cuda", "cpu") else cfg.optimizer
+        optimizer = _optimizer(ctx)
         allocator = "expandable" if "expandable_segments:true" in os.environ.get(
             "PYTORCH_CUDA_ALLOC_CONF", os.environ.get("PYTORCH_ALLOC_CONF", "")).replace(" ", "").lower() \
             else "default"
@@ -189,11 +189,13 @@ class PoliciesProbe:
                     break
 
     # 4. the full model -------------------------------------------------------------------------
-    def _measure_full(self, ctx, facts: PolicyFacts) -> None:
+    def _measure_full(self, ctx, facts: PolicyFacts, checks: dict[str, P.CheckResult]) -> None:
         cfg = ctx.config
         cpu = ctx.backend.kind == "cpu"
         steps = CPU_STEPS if cpu else min(cfg.measure_steps, 2)
         todo = [c for c in facts.candidates if not c.dropped and c.predicted_largest_batch]
+        # the fastest per layer first: a measured fast policy drops slower ones before they run
+        todo.sort(key=lambda c: _check_ms(checks, c))
         if not todo:
             return
         model = ctx.build_model()
@@ -203,23 +205,47 @@ class PoliciesProbe:
                 if cand.dropped:  # by one measured before it
                     continue
                 t = time.monotonic()
-                batch = cand.predicted_largest_batch
+                batch = self._batch_for(facts, cand.predicted_largest_batch)
                 for attempt in range(2):
                     ctx.progress(self.name, cand.setting.policy, batch, i, len(todo), message="full model")
                     m = self._measure_one(ctx, model, cand.setting, batch, steps)
                     if m.fits or batch <= 1 or attempt:
                         break
-                    batch -= 1
+                    batch = self._batch_for(facts, batch - 1)
                 cand.measurement = m
                 cand.largest_batch = m.batch_size if m.fits else None
                 cand.seconds = round((cand.seconds or 0.0) + time.monotonic() - t, 2)
                 if not m.fits:
                     cand.dropped = f"ran out of memory at batch {m.batch_size} (predicted {cand.predicted_largest_batch})"
-                self._drop_dominated(facts)
+                else:
+                    self._drop_unmeasured(facts, checks, cand)
                 ctx.save()
         finally:
             del model
             free_memory(ctx.backend)
+
+    @staticmethod
+    def _batch_for(facts: PolicyFacts, largest: int) -> int:
+        """The batch to measure a candidate at: the target batch where it fits; with a global batch,
+        the largest micro-batch up to `largest` that divides it; else `largest`."""
+        if facts.target_batch:
+            return min(facts.target_batch, largest)
+        if facts.global_batch:
+            return max((b for b in range(1, largest + 1) if facts.global_batch % b == 0), default=1)
+        return largest
+
+    @staticmethod
+    def _drop_unmeasured(facts: PolicyFacts, checks: dict[str, P.CheckResult], y: PolicyCandidate) -> None:
+        """After `y` was measured: a candidate not yet measured that is predicted to fit no larger a
+        batch than `y` does and was no faster per layer is dropped (measured ones stay: the recipe
+        ranks them, the plot shows them)."""
+        ty = _check_ms(checks, y)
+        for x in facts.candidates:
+            if x.dropped or x.measurement is not None or not x.predicted_largest_batch:
+                continue
+            if x.predicted_largest_batch <= (y.largest_batch or 0) and ty <= _check_ms(checks, x):
+                x.dropped = (f"dominated by {y.setting.policy}: it fits batch {y.largest_batch} on the full model "
+                             f"(this one {x.predicted_largest_batch}, predicted) and was no slower per layer")
 
     def _measure_one(self, ctx, model: Any, setting: PolicySetting, batch: int, steps: int) -> Measurement:
         cfg = ctx.config
@@ -232,37 +258,15 @@ class PoliciesProbe:
         finally:
             undo()
 
-    @staticmethod
-    def _drop_dominated(facts: PolicyFacts) -> None:
-        """A measured candidate no faster than another measured one with no larger a batch (one
-        strictly worse) is dropped."""
-        done = [c for c in facts.candidates if c.measurement is not None and c.largest_batch
-                and c.measurement.tokens_per_s]
-        for x in done:
-            if x.dropped:
-                continue
-            for y in done:
-                if y is x or y.dropped:
-                    continue
-                sx, sy = x.measurement.tokens_per_s, y.measurement.tokens_per_s
-                if sy >= sx and y.largest_batch >= x.largest_batch and (sy > sx or y.largest_batch > x.largest_batch):
-                    x.dropped = (f"dominated by {y.setting.policy}: {sy:,.0f} against {sx:,.0f} tokens/s, batch "
-                                 f"{y.largest_batch} against {x.largest_batch}")
-                    break
-
     # 5. the recipe, confirmed ------------------------------------------------------------------
-    def _rank(self, facts: PolicyFacts) -> list[RecipeChoice]:
+    def _rank(self, facts: PolicyFacts, seq_len: int) -> list[RecipeChoice]:
         if self._rank_fn is not None:
-            return self._rank_fn(facts, facts.target_batch, facts.global_batch)
-        try:
-            from gcdoctor.recipe import rank_recipes  # the recipe chooser (torch-free), shared with the rule
-        except ImportError:
-            facts.notes.append("gcdoctor.recipe is not available: the recipes were ranked by tokens/s alone")
-            return fastest_first(facts, facts.target_batch, facts.global_batch)
-        return rank_recipes(facts, facts.target_batch, facts.global_batch)
+            return self._rank_fn(facts, seq_len=seq_len)
+        from gcdoctor.recipe import rank_recipes  # the recipe chooser (torch-free), shared with GC007
+        return rank_recipes(facts, seq_len=seq_len)
 
     def _confirm(self, ctx, facts: PolicyFacts) -> None:
-        ranked = self._rank(facts)
+        ranked = self._rank(facts, ctx.seq_len)
         if not ranked:
             facts.notes.append("no recipe to confirm: no policy was measured to fit")
             return
@@ -328,35 +332,23 @@ class PoliciesProbe:
         return c
 
 
+def _optimizer(ctx) -> str:
+    """The optimizer of every setting: fused AdamW where the run trains with AdamW and the backend
+    has the kernel (the same update, without foreach's parameter-sized temporaries)."""
+    cfg = ctx.config
+    return "adamw-fused" if cfg.optimizer == "adamw" and ctx.backend.kind in ("cuda", "cpu") else cfg.optimizer
+
+
+def _check_ms(checks: dict[str, P.CheckResult], c: PolicyCandidate) -> float:
+    res = checks.get(c.setting.policy)
+    return res.step_ms if res is not None and res.step_ms is not None else float("inf")
+
+
 def _pct_less(a: float, b: float) -> str:
     if b <= 0:
         return "as much"
     d = 100.0 * (1.0 - a / b)
     return "as much" if abs(d) < 0.5 else f"{abs(d):.0f} % {'less' if d > 0 else 'more'}"
-
-
-def fastest_first(facts: PolicyFacts, target_batch: int | None = None,
-                  global_batch: int | None = None) -> list[RecipeChoice]:
-    """STAND-IN for gcdoctor.recipe.rank_recipes where that module is missing: the measured,
-    fitting, undropped candidates by their tokens/s, each at its largest batch (at most the target
-    batch; with a global batch, the micro-batch and the accumulation that make it)."""
-    out = []
-    for c in facts.candidates:
-        m = c.measurement
-        if c.dropped or m is None or not m.fits or not c.largest_batch or not m.tokens_per_s:
-            continue
-        micro, acc, target = c.largest_batch, 1, "fastest per token at the largest batch measured"
-        if target_batch:
-            if c.largest_batch < target_batch:
-                continue
-            micro, target = target_batch, f"target batch {target_batch}"
-        elif global_batch:
-            acc = math.ceil(global_batch / c.largest_batch)
-            micro = math.ceil(global_batch / acc)
-            target = f"global batch {global_batch}"
-        out.append(RecipeChoice(setting=c.setting, micro_batch=micro, accumulation=acc, target=target,
-                                predicted_tokens_per_s=m.tokens_per_s, predicted_peak_bytes=m.peak_allocated_bytes))
-    return sorted(out, key=lambda r: -(r.predicted_tokens_per_s or 0.0))
 
 
 # the worker's side: the allocator probe's fresh process applies a recipe's setting -------------
@@ -384,4 +376,4 @@ def recipe_step_factory(model: Any, work: dict[str, Any], backend: Any) -> Calla
     return accumulate
 
 
-__all__ = ["PoliciesProbe", "fastest_first", "recipe_step_factory", "POLICY_LAYER"]
+__all__ = ["PoliciesProbe", "recipe_step_factory"]

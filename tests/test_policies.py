@@ -133,3 +133,89 @@ def test_the_policy_peak_is_the_timelines_at_both_ends():
         M.policy_peak_bytes(spec, 8, 4096, residue, "bf16")
     room = 139 * M.GiB
     assert M.policy_max_batch(spec, room, 4096, residue, "bf16") == M.max_batch(spec, room, 4096, gc=True)
+
+
+# -- the probe, end to end ------------------------------------------------------------------------
+
+def _probe_run(out, rank=None, **settings):
+    from gcdoctor.config import RunConfig
+    from gcdoctor.probes import PROBES
+    from gcdoctor.session import Session
+    probe = next(p for p in PROBES if p.name == "policies")
+    cfg = RunConfig(device="cpu", model="tiny-llama", layers=2, probes=["policies"], seq_len=SEQ, measure_steps=1,
+                    warmup_steps=1, out=str(out), telemetry_hz=5.0, profile=False, **settings)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    probe._rank_fn = rank
+    try:
+        session = Session(cfg)
+        session.run()
+    finally:
+        probe._rank_fn = None
+        torch.set_num_threads(threads)
+    return session
+
+
+def test_the_probe_measures_the_policies_and_confirms_the_next_recipe_when_one_is_off(tmp_path):
+    from gcdoctor.facts import Facts
+    from gcdoctor.facts.policies import RecipeChoice
+    from gcdoctor.recipe import rank_recipes
+
+    def rank(facts, *, seq_len):
+        real = rank_recipes(facts, seq_len=seq_len)
+        assert real, "nothing measured fits"
+        best = real[0]
+        # a ranking whose first recipe is predicted 10x too fast: its confirmation must be rejected
+        bogus = RecipeChoice(setting=best.setting, micro_batch=best.micro_batch, accumulation=1, target="test",
+                             predicted_tokens_per_s=10 * best.predicted_tokens_per_s)
+        second = RecipeChoice(setting=best.setting, micro_batch=best.micro_batch, accumulation=2, target="test",
+                              predicted_tokens_per_s=best.predicted_tokens_per_s)
+        return [bogus, second]
+
+    session = _probe_run(tmp_path / "run", rank=rank)
+    pol = Facts.load(tmp_path / "run" / "facts.json").policies
+    assert pol is not None and pol.search_seconds is not None and pol.confirm_seconds is not None
+    names = [c.setting.policy for c in pol.candidates]
+    assert names == ["none", "selective-op", "attn-only", "mlp-only", "every-2", "layer", "cpu-offload"]
+    assert any("compiler's activation memory budget was not searched" in n for n in pol.notes)
+    for c in pol.candidates:
+        assert c.check is not None and c.check.ok is True, (c.setting.policy, c.check)
+        assert c.setting.optimizer == "adamw-fused" and c.setting.allocator == "default"
+        assert c.predicted_largest_batch == 1  # no memory wall on the CPU: --probe-batch
+        # each candidate is either measured on the full model or dropped, saying why
+        assert (c.measurement is not None) != (c.dropped is not None), c
+    measured = [c for c in pol.candidates if c.measurement is not None]
+    assert measured and all(c.measurement.fits and c.largest_batch == 1 for c in measured)
+    first, second = pol.confirmations
+    assert first.fits is True and "more than 5 % off" in first.rejected
+    assert second.fits is True and second.tokens_per_s > 0 and second.choice.accumulation == 2
+    assert len(second.step_ms) == 1
+    if abs(second.off_pct) <= 5:
+        assert pol.confirmed() is second
+    else:
+        assert "more than 5 % off" in second.rejected and pol.confirmed() is None
+    # the fresh process ran the recipe's own setting
+    work = (tmp_path / "run" / "policies" / "confirm-1" / "work.json").read_text()
+    assert '"accumulation": 2' in work and '"optimizer": "adamw-fused"' in work
+    assert session.facts.unavailable.get("policies") is None
+
+
+def test_the_probe_uses_the_memory_wall_and_the_chunked_loss_under_a_limit(tmp_path):
+    from gcdoctor.facts import Facts
+    spec = models.load_spec("tiny-llama", layers=2)
+    # room for a few sequences with checkpointing, the logits and loss being a large share
+    limit = M.policy_peak_bytes(spec, 6, SEQ, M.checkpoint_residue_bytes_per_token(spec, "fp32"), "fp32",
+                                "adamw-fused", "cpu")
+    _probe_run(tmp_path / "run", rank=lambda facts, *, seq_len: [], memory_limit_bytes=limit)
+    pol = Facts.load(tmp_path / "run" / "facts.json").policies
+    by = {c.setting.policy: c for c in pol.candidates}
+    assert by["layer"].predicted_largest_batch == 6  # the limit is its predicted peak at 6: exact there
+    assert by["layer"].setting.chunked_loss is False
+    assert by["mlp-only"].setting.chunked_loss is True  # it raises the boundary where the logits weigh more
+    for c in pol.candidates:
+        assert 1 <= c.predicted_largest_batch <= 16
+        if c.measurement is not None and c.measurement.fits:
+            assert c.measurement.peak_allocated_bytes <= limit
+        elif c.measurement is not None:
+            assert c.dropped.startswith("ran out of memory at batch")
+    assert pol.confirmations == [] and any("no recipe to confirm" in n for n in pol.notes)
