@@ -25,7 +25,7 @@ import time
 from typing import Any, Callable
 
 from gcdoctor.capture import TrainingStep, free_memory
-from gcdoctor.facts.policies import (POLICY_NONE, PolicyCandidate, PolicyFacts, PolicySetting,
+from gcdoctor.facts.policies import (POLICY_NONE, POLICY_OFFLOAD, PolicyCandidate, PolicyFacts, PolicySetting,
                                      RecipeChoice, RecipeConfirmation)
 from gcdoctor.facts.serde import from_dict
 from gcdoctor.facts.sweep import Measurement
@@ -180,7 +180,7 @@ class PoliciesProbe:
                 continue
             kx, tx = x.check.saved_bytes_per_layer, checks[x.setting.policy].step_ms
             for y in live:
-                if y is x or y.dropped:
+                if y is x or y.dropped or y.setting.policy == POLICY_OFFLOAD:  # the last resort drops nothing
                     continue
                 ky, ty = y.check.saved_bytes_per_layer, checks[y.setting.policy].step_ms
                 if ky <= kx and ty <= tx and (ky < kx or ty < tx):
@@ -194,8 +194,9 @@ class PoliciesProbe:
         cpu = ctx.backend.kind == "cpu"
         steps = CPU_STEPS if cpu else min(cfg.measure_steps, 2)
         todo = [c for c in facts.candidates if not c.dropped and c.predicted_largest_batch]
-        # the fastest per layer first: a measured fast policy drops slower ones before they run
-        todo.sort(key=lambda c: _check_ms(checks, c))
+        # the fastest per layer first: a measured fast policy drops slower ones before they run;
+        # CPU offload last, and only when nothing else fits
+        todo.sort(key=lambda c: (c.setting.policy == POLICY_OFFLOAD, _check_ms(checks, c)))
         if not todo:
             return
         model = ctx.build_model()
@@ -203,6 +204,10 @@ class PoliciesProbe:
             for i, cand in enumerate(todo):
                 ctx.check_stop()
                 if cand.dropped:  # by one measured before it
+                    continue
+                if cand.setting.policy == POLICY_OFFLOAD and any(
+                        c.largest_batch for c in facts.candidates if c.measurement is not None):
+                    cand.dropped = "the last resort: measured only when no other policy fits"
                     continue
                 t = time.monotonic()
                 batch = self._batch_for(facts, cand.predicted_largest_batch)
