@@ -230,6 +230,13 @@ def _apply_budget(model: Any, fraction: float, device_kind: str) -> Callable[[],
     torch._dynamo.reset()
     old = fconfig.activation_memory_budget
     fconfig.activation_memory_budget = fraction
+    # a layer that guards on something of its own (its index) compiles once per layer: let every
+    # layer compile rather than fall back to eager past dynamo's default limit of 8
+    n = len(decoder_layers(model))
+    limits = {k: getattr(torch._dynamo.config, k) for k in ("recompile_limit", "cache_size_limit")
+              if hasattr(torch._dynamo.config, k)}
+    for k, v in limits.items():
+        setattr(torch._dynamo.config, k, max(v, n + 8))
     backend = compile_backend(device_kind)
     undos = [_wrap_forward(layer, lambda original: torch.compile(original, backend=backend, dynamic=False))
              for layer in decoder_layers(model)]
@@ -237,6 +244,8 @@ def _apply_budget(model: Any, fraction: float, device_kind: str) -> Callable[[],
     def undo() -> None:
         _undo_all(undos)()
         fconfig.activation_memory_budget = old
+        for k, v in limits.items():
+            setattr(torch._dynamo.config, k, v)
         torch._dynamo.reset()
     return undo
 
@@ -441,8 +450,9 @@ def expected_saved_per_token(policy: str, spec: Any, dtype: str) -> int | None:
 
 def check_policy(model: Any, policy: str, backend: Any, batch: int, seq_len: int, spec: Any, dtype: str,
                  optimizer: str = "adamw", seed: int = 0, trace_dir: str | Path | None = None) -> CheckResult:
-    """Run one warm-up step and one profiled step of `policy` on `model` (the policy applied here and
-    undone before returning); judge it from its trace and its kept bytes."""
+    """Run one profiled step of `policy` on `model` (after a warm-up step that compiles, for the
+    compiled policies; the policy applied here and undone before returning); judge it from its
+    trace and its kept bytes."""
     from gcdoctor.capture import TrainingStep, profile_steps
     from gcdoctor.trace.load import load_trace
     from gcdoctor.trace.recompute import find_recompute
@@ -462,7 +472,8 @@ def check_policy(model: Any, policy: str, backend: Any, batch: int, seq_len: int
                 from torch.utils._python_dispatch import _disable_current_modes
                 stack.enter_context(_disable_current_modes())
             step = TrainingStep(model, backend, batch, seq_len, optimizer, seed)
-            step.run()  # warm-up: optimizer states (and compilation)
+            if compiled:
+                step.run()  # warm-up: compilation (what a layer keeps does not need the optimizer's states)
             if log is not None:
                 log.reset()
             if compiled:

@@ -106,7 +106,7 @@ class PoliciesProbe:
             del model
             free_memory(ctx.backend)
         facts.notes.append(f"per-layer checks on {spec.n_layers} of {ctx.spec.n_layers} layers at batch "
-                           f"{cfg.probe_batch}: one profiled step each, after a warm-up")
+                           f"{cfg.probe_batch}: one profiled step each (compiled ones after a warm-up step)")
         return checks
 
     # 2. settings and predictions ---------------------------------------------------------------
