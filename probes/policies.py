@@ -211,12 +211,19 @@ class PoliciesProbe:
                     continue
                 t = time.monotonic()
                 batch = self._batch_for(facts, cand.predicted_largest_batch)
-                for attempt in range(2):
-                    ctx.progress(self.name, cand.setting.policy, batch, i, len(todo), message="full model")
-                    m = self._measure_one(ctx, model, cand.setting, batch, steps)
-                    if m.fits or batch <= 1 or attempt:
-                        break
-                    batch = self._batch_for(facts, batch - 1)
+                try:
+                    for attempt in range(2):
+                        ctx.progress(self.name, cand.setting.policy, batch, i, len(todo), message="full model")
+                        m = self._measure_one(ctx, model, cand.setting, batch, steps)
+                        if m.fits or batch <= 1 or attempt:
+                            break
+                        batch = self._batch_for(facts, batch - 1)
+                except (RuntimeError, ValueError, TypeError, AssertionError) as exc:
+                    # the stack cannot run this policy on the full model (a compiler failure): a finding
+                    first = (str(exc).splitlines() or [""])[0][:160]
+                    cand.dropped = f"failed on the full model: {type(exc).__name__}: {first}"
+                    free_memory(ctx.backend)
+                    continue
                 cand.measurement = m
                 cand.largest_batch = m.batch_size if m.fits else None
                 cand.seconds = round((cand.seconds or 0.0) + time.monotonic() - t, 2)
