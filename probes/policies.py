@@ -5,7 +5,8 @@
    each layer keeps; both are judged against what the policy implies (PolicyCheck).
 2. Each policy's setting gets what moves the boundary without changing the math: fused AdamW
    where the run trains with AdamW, a chunked loss where it raises the predicted largest batch,
-   the allocator this process runs with. The memory model predicts the full model's largest batch
+   expandable segments on a device (the allocator variable needs a fresh process: the full-model
+   measurement below runs with this process's allocator, the confirmation with the setting's). The memory model predicts the full model's largest batch
    from the layer's kept bytes (gcdoctor.memory.policy_max_batch).
 3. A policy that keeps no fewer bytes than another and was no faster per layer is dropped before
    the full model runs it; the rest are measured once each on the full model at the predicted
@@ -131,9 +132,9 @@ class PoliciesProbe:
         room = self._room(ctx)
         tokens = cfg.probe_batch * ctx.seq_len
         optimizer = _optimizer(ctx)
-        allocator = "expandable" if "expandable_segments:true" in os.environ.get(
-            "PYTORCH_CUDA_ALLOC_CONF", os.environ.get("PYTORCH_ALLOC_CONF", "")).replace(" ", "").lower() \
-            else "default"
+        # expandable segments on a device: the predicted boundary is the allocated peak's, which they
+        # reach (no fragmentation); the confirmation's fresh process runs with them
+        allocator = "expandable" if kind in ("cuda", "musa") else "default"
         chunk_ok = P.chunked_loss_supported_spec(ctx.spec)
         cap = cfg.max_batch if room is not None else cfg.probe_batch
         if room is None:
