@@ -449,10 +449,12 @@ def expected_saved_per_token(policy: str, spec: Any, dtype: str) -> int | None:
 
 
 def check_policy(model: Any, policy: str, backend: Any, batch: int, seq_len: int, spec: Any, dtype: str,
-                 optimizer: str = "adamw", seed: int = 0, trace_dir: str | Path | None = None) -> CheckResult:
+                 optimizer: str = "adamw", seed: int = 0, trace_dir: str | Path | None = None,
+                 profile: bool = True) -> CheckResult:
     """Run one profiled step of `policy` on `model` (after a warm-up step that compiles, for the
     compiled policies; the policy applied here and undone before returning); judge it from its
-    trace and its kept bytes."""
+    trace and its kept bytes. `profile` False (--no-profile): no trace; the regions are those
+    checkpoint entered in the forward (counted by their context_fn) and no share is measured."""
     from gcdoctor.capture import TrainingStep, profile_steps
     from gcdoctor.trace.load import load_trace
     from gcdoctor.trace.recompute import find_recompute
@@ -480,18 +482,25 @@ def check_policy(model: Any, policy: str, backend: Any, batch: int, seq_len: int
                 stack.enter_context(kept.counting())
             else:
                 kept.active = True
-            where = Path(trace_dir) if trace_dir is not None else Path(stack.enter_context(tempfile.TemporaryDirectory()))
-            records, path = profile_steps(step, 1, where / f"policy-{policy}.pt.trace.json.gz")
-            kept.active = False
-            tables = load_trace(path)
-        out.step_ms = records[0].step_ms if records else None
-        found = find_recompute(tables)
-        out.regions = found.regions if found is not None else 0
-        out.recomputed_ops = found.op_count if found is not None else 0
-        fwd_ns = _range_ns(tables, "gcdoctor/forward")
-        share = None
-        if fwd_ns:
-            share = 100.0 * (found.host_ns if found is not None else 0) / fwd_ns
+            share = None
+            if not profile:
+                census.reset(census=False)
+                out.step_ms = step.run().step_ms
+                kept.active = False
+                out.regions = census.regions
+            else:
+                where = Path(trace_dir) if trace_dir is not None else Path(stack.enter_context(
+                    tempfile.TemporaryDirectory()))
+                records, path = profile_steps(step, 1, where / f"policy-{policy}.pt.trace.json.gz")
+                kept.active = False
+                tables = load_trace(path)
+                out.step_ms = records[0].step_ms if records else None
+                found = find_recompute(tables)
+                out.regions = found.regions if found is not None else 0
+                out.recomputed_ops = found.op_count if found is not None else 0
+                fwd_ns = _range_ns(tables, "gcdoctor/forward")
+                if fwd_ns:
+                    share = 100.0 * (found.host_ns if found is not None else 0) / fwd_ns
         out.kept_per_layer = list(kept.kept)
     finally:
         kept.active = False

@@ -87,7 +87,7 @@ class PoliciesProbe:
                 t = time.monotonic()
                 try:
                     res = P.check_policy(model, policy, ctx.backend, cfg.probe_batch, ctx.seq_len, spec, ctx.dtype,
-                                         _optimizer(ctx), cfg.seed, trace_dir=trace_dir)
+                                         _optimizer(ctx), cfg.seed, trace_dir=trace_dir, profile=cfg.profile)
                 except Exception as exc:  # noqa: BLE001 - a policy the stack cannot run is a finding
                     if ctx.backend.is_oom(exc):
                         facts.notes.append(f"{policy}: the per-layer check ran out of memory at batch "
@@ -107,7 +107,9 @@ class PoliciesProbe:
             del model
             free_memory(ctx.backend)
         facts.notes.append(f"per-layer checks on {spec.n_layers} of {ctx.spec.n_layers} layers at batch "
-                           f"{cfg.probe_batch}: one profiled step each (compiled ones after a warm-up step)")
+                           f"{cfg.probe_batch}: one {'profiled ' if cfg.profile else ''}step each (compiled ones after a "
+                           "warm-up step)" + ("" if cfg.profile else "; --no-profile: the recomputed regions "
+                                              "are those checkpoint entered, not found in a trace"))
         return checks
 
     # 2. settings and predictions ---------------------------------------------------------------
