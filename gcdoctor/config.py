@@ -210,7 +210,7 @@ def parse_batch_sizes(text: str) -> list[int]:
 
 
 # the probes, in the order they run (probes.PROBES; tests/test_probe_names.py holds them equal)
-PROBE_NAMES = ("sweep", "allocator", "optimizer", "granularity", "sharding", "offload", "jitter")
+PROBE_NAMES = ("sweep", "allocator", "optimizer", "policies", "granularity", "sharding", "offload", "jitter")
 
 
 def parse_probes(text: str) -> list[str]:

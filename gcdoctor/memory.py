@@ -93,6 +93,9 @@ class Workload:
     # capture computes the loss inside a helper and drops `out`: the logits die after the loss.
     keep_logits: bool = False
     policy: StatesPolicy | None = None  # None: the measured setup (all states on this device)
+    # the loss computed this many slices of tokens at a time (a chunked loss): the logits and loss
+    # blocks alive at any moment are this many times smaller
+    loss_chunks: int = 1
 
     def check(self) -> None:
         if self.dtype not in DTYPE_BYTES:
@@ -362,6 +365,7 @@ class _Timeline:
         self.peak = Peak()
         self.groups: dict[str, list[str]] = {}
         self.grad_scale = 1.0  # a StatesPolicy's: sharded or adapter-only gradients
+        self.loss_scale = 1.0  # a chunked loss's: one slice of the logits and loss blocks at a time
 
     def at(self, where: str) -> None:
         self.where = where
@@ -369,6 +373,8 @@ class _Timeline:
     def alloc(self, name: str, nbytes: int, cat: str) -> None:
         if cat == "grads" and self.grad_scale != 1.0:
             nbytes = int(nbytes * self.grad_scale)
+        if cat == LOSS and self.loss_scale != 1.0:
+            nbytes = -(-nbytes * 1000 // int(1000 / self.loss_scale))
         if nbytes <= 0:
             return
         if self.round_to > 1:
@@ -664,6 +670,7 @@ def predict(spec: Any, workload: Workload, in_place: bool | None = None) -> Pred
     sem = _semantics(d, w.device, in_place)
     st = model_states(spec, w.dtype, w.optimizer, w.device, w.master_weights)
     tl = _Timeline(sem.round_to)
+    tl.loss_scale = 1.0 / max(w.loss_chunks, 1)
     notes: list[str] = []
     approximate = spec.model_type not in EXACT_TYPES
     if approximate:
@@ -1285,3 +1292,36 @@ def refresh_context(ctx: Any, tolerance: int = 32 * MiB) -> bool:
                      f"({read / MiB:.0f} MiB; {mm.context_bytes / MiB:.0f} MiB before them)")
     ctx.facts.memory_model = new
     return True
+
+
+# ---------------------------------------------------------------------------------------
+# other checkpointing policies, from what their layers keep
+
+
+def policy_peak_bytes(spec: Any, batch: int, seq_len: int, kept_per_token: float, dtype: str = "bf16",
+                      optimizer: str = "adamw", device: str = "cuda", loss_chunks: int = 1) -> int:
+    """The predicted peak of one step under a checkpointing policy whose decoder layers keep
+    `kept_per_token` bytes per token each for the backward (measured on a few layers; the layer's
+    output included), with the loss computed `loss_chunks` slices at a time.
+
+    The two policies the timeline replays exactly bound it: every layer checkpointed (a layer keeps
+    its input) and none (a layer keeps all it saves). The forward/backward peak is interpolated
+    between theirs by where the policy's bytes lie between the two layers' bytes; a chunked loss
+    is replayed as logits and loss blocks `loss_chunks` times smaller (Workload.loss_chunks). The
+    optimizer step's peak does not depend on the policy."""
+    full = layer_activation_bytes_per_token(spec, dtype)
+    residue = checkpoint_residue_bytes_per_token(spec, dtype)
+    preds = [predict(spec, Workload(batch, seq_len, dtype, optimizer, gc, device, loss_chunks=loss_chunks))
+             for gc in (True, False)]
+    fb = [p.fwd_bwd.bytes for p in preds]
+    frac = (kept_per_token - residue) / (full - residue) if full > residue else 1.0
+    fwd_bwd = fb[0] + (fb[1] - fb[0]) * max(frac, 0.0)
+    return int(max(fwd_bwd, preds[0].optimizer.bytes))
+
+
+def policy_max_batch(spec: Any, room_bytes: int, seq_len: int, kept_per_token: float, dtype: str = "bf16",
+                     optimizer: str = "adamw", device: str = "cuda", loss_chunks: int = 1,
+                     cap: int = 1 << 12) -> int:
+    """The largest batch whose `policy_peak_bytes` is within `room_bytes` (0: not even 1)."""
+    return largest_fitting(lambda b: policy_peak_bytes(spec, b, seq_len, kept_per_token, dtype, optimizer, device,
+                                                       loss_chunks) <= room_bytes, cap)

@@ -12,9 +12,10 @@ from gcdoctor.probes.granularity import GranularityProbe
 from gcdoctor.probes.jitter import JitterProbe
 from gcdoctor.probes.offload import OffloadProbe
 from gcdoctor.probes.optimizer import OptimizerProbe
+from gcdoctor.probes.policies import PoliciesProbe
 from gcdoctor.probes.sharding import ShardingProbe
 
-PROBES = [SweepProbe(), AllocatorProbe(), OptimizerProbe(), GranularityProbe(), ShardingProbe(), OffloadProbe(),
+PROBES = [SweepProbe(), AllocatorProbe(), OptimizerProbe(), PoliciesProbe(), GranularityProbe(), ShardingProbe(), OffloadProbe(),
           JitterProbe()]
 # a diagnose on several ranks (--nproc N, torchrun) runs these, sharded; the others measure one
 # device in one process, and the sharding probe needs several ranks (a process group)

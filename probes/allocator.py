@@ -235,10 +235,14 @@ def worker(work_path: str) -> int:
             session.backend.track([*model.parameters(), *model.buffers()])
         if variant == "gc":
             enable_layer_checkpointing(model)
+        # a recipe (the policies probe): its checkpointing policy, loss and accumulation
+        from gcdoctor.probes.policies import recipe_step_factory
+        forward = recipe_step_factory(model, work, session.backend)
 
         def measure(batch: int) -> Measurement:
             m = ctx.measure("allocator", variant, lambda: TrainingStep(
-                model, session.backend, batch, ctx.seq_len, cfg.optimizer, cfg.seed), batch)
+                model, session.backend, batch, ctx.seq_len, work.get("optimizer") or cfg.optimizer, cfg.seed,
+                forward=forward), batch)
             measured.append(m)
             return m
 

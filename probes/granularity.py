@@ -8,6 +8,10 @@ separately); fine (each nn.Linear of the decoder layers wrapped separately). The
 block of the original experiment: stacked Linear(h,h) -> GELU -> Linear(h,h) blocks, none /
 per block / per Linear, non-reentrant and reentrant, at a large and at a small hidden size.
 Before all of it, the device's launch cost (probes/launch_cost.py). Rule GC010 judges.
+
+When the policies probe runs too, every-N and selective-mlp/-attn are left to it (it measures them
+on the full model); this probe keeps what only it shows: launch cost, region and kernel counts of
+the finer granularities, the synthetic blocks.
 """
 from __future__ import annotations
 
@@ -57,6 +61,8 @@ MODEL_VARIANTS: list[tuple[str, str | None, str]] = [
     ("sub-layer", "layer", "attention and MLP of each layer, separately"),
     ("fine", "layer", "each nn.Linear of each layer, separately"),
 ]
+# the model variants the policies probe measures on the full model: left out here when it runs
+POLICY_SEARCH_VARIANTS = ("every-2", "every-4", "selective-mlp", "selective-attn")
 SYNTHETIC_VARIANTS: list[tuple[str, str | None, str]] = [
     ("none", None, "no checkpointing"),
     ("block", "none", "each Linear-GELU-Linear block"),
@@ -149,6 +155,11 @@ class GranularityProbe:
         cfg = ctx.config
         spec = ctx.probe_spec()
         variants = [v for v in MODEL_VARIANTS if not (v[0] == "every-4" and spec.n_layers < 4)]
+        if any(p.name == "policies" for p in getattr(ctx.session, "probes", ())):
+            # the policy search measures these on the full model (and checks what they recompute)
+            variants = [v for v in variants if v[0] not in POLICY_SEARCH_VARIANTS]
+            facts.notes.append("every-N and attention- or MLP-only checkpointing are left to the policy search, "
+                               "which measures them on the full model")
         group = GranularityGroup(
             name="model", description=f"{spec.name}, {spec.n_layers} of {spec.n_layers_full} layers",
             hidden_size=spec.hidden_size, tokens_per_step=cfg.probe_batch * ctx.seq_len, batch_size=cfg.probe_batch,

@@ -12,5 +12,5 @@ def test_probe_names_match_the_probes():
 def test_empty_probe_list_names_every_probe():
     with pytest.raises(UserError) as err:
         parse_probes(" , ")
-    assert str(err.value) == ("--probes ' , ': no probe named (available: sweep, allocator, optimizer, "
+    assert str(err.value) == ("--probes ' , ': no probe named (available: sweep, allocator, optimizer, policies, "
                               "granularity, sharding, offload, jitter)")
