@@ -7,71 +7,12 @@ from __future__ import annotations
 
 import inspect
 import traceback
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
 from gcdoctor.facts import Facts
-from gcdoctor.facts.serde import from_dict, to_dict
-
-SEVERITY_ORDER = {"error": 0, "critical": 1, "warning": 2, "info": 3, "ok": 4, "inconclusive": 5}
-
-# What a verdict is about (DESIGN.md, "What the user reads first"):
-# - configuration: what the user trains (the sweep's model at its settings, a watched run, the user's
-#   own trace); these decide `--fail-on` and lead the bottom line.
-# - experiment: what a probe's variant showed about this device and software stack (a granularity
-#   or offload variant, the launch-cost microbenchmark); its severity grades that variant only.
-CONFIGURATION, EXPERIMENT = "configuration", "experiment"
-SCOPES = (CONFIGURATION, EXPERIMENT)
-LINE_WIDTH = 72  # Verdict.line: one bottom-line row after its 6-column mark; longer lines wrap once
-
-
-@dataclass
-class Evidence:
-    label: str
-    value: float | int | str | None
-    unit: str = ""
-
-    def text(self) -> str:
-        v = self.value
-        if v is None:
-            return f"{self.label}: unavailable"
-        if isinstance(v, float):
-            v = f"{v:,.3g}" if abs(v) < 100 else f"{v:,.0f}"
-        elif isinstance(v, int):
-            v = f"{v:,}"
-        return f"{self.label}: {v}{(' ' + self.unit) if self.unit else ''}"
-
-
-@dataclass
-class Verdict:
-    code: str
-    slug: str
-    status: str  # fired | passed | inconclusive | error (the rule raised: a bug, kept in `traceback`)
-    severity: str  # error | critical | warning | info | ok | inconclusive
-    headline: str
-    evidence: list[Evidence] = field(default_factory=list)
-    explanation: str = ""
-    recommendation: str = ""
-    subject: str = ""  # what it is about (a variant, a trace window), when a rule judges several
-    scope: str = CONFIGURATION  # configuration | experiment (SCOPES)
-    # a line (best within LINE_WIDTH characters, at most two) for the bottom line. Configuration verdicts: the finding
-    # in short. Experiment verdicts: set only on a *device finding*, a lesson about this device that
-    # changes what the user should do ("CPU activation offload costs +188 % here: avoid it"); the
-    # bottom line shows at most three of them, most severe first.
-    line: str = ""
-    topic: str = ""  # the report section it belongs to: sweep, memory, granularity, offload, jitter, trace, ...
-    traceback: str = ""  # status "error": where the rule raised
-
-    def to_dict(self) -> dict[str, Any]:
-        return to_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Verdict":
-        return from_dict(cls, data)
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.code, self.subject)
+# the verdict vocabulary lives in gcdoctor.types; re-exported here for the rules that import it from the engine
+from gcdoctor.types import (CONFIGURATION, EXPERIMENT, LINE_WIDTH, SCOPES, SEVERITY_ORDER, Evidence,  # noqa: F401
+                            Verdict, sort_verdicts)
 
 
 class Rule:
@@ -151,10 +92,6 @@ def evaluate(facts: Facts, rules: Iterable[Rule] | None = None,
                                     "gcdoctor bug", scope=rule.scope, topic=rule.topic,
                                     traceback=traceback.format_exc()))
     return sort_verdicts(verdicts)
-
-
-def sort_verdicts(verdicts: list[Verdict]) -> list[Verdict]:
-    return sorted(verdicts, key=lambda v: (SEVERITY_ORDER.get(v.severity, 9), v.code, v.subject))
 
 
 FAIL_SEVERITIES = {"critical": ("error", "critical"), "warning": ("error", "critical", "warning")}

@@ -21,7 +21,8 @@ from gcdoctor import models
 from gcdoctor.capture import (StepRecord, TrainingStep, free_memory, median, optimizer_state_bytes,
                               profile_steps, tensor_bytes)
 from gcdoctor.config import RunConfig
-from gcdoctor.engine import Verdict, evaluate
+from gcdoctor.engine import evaluate
+from gcdoctor.types import Verdict
 from gcdoctor.errors import UserError
 from gcdoctor.events import (EventBus, LogMessage, MeasurementRecorded, ProbeFinished, ProbeStarted, Progress,
                              RunFinished, RunStarted, StepMeasured, TelemetrySampled, VerdictIssued)

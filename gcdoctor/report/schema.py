@@ -143,7 +143,7 @@ def class_table(cls: type) -> str:
 
 def render_reference() -> str:
     """The generated reference: verdicts, then every facts class reachable from Facts."""
-    from gcdoctor.engine import Verdict
+    from gcdoctor.types import Verdict
     from gcdoctor.facts import Facts
 
     parts = ["## Verdicts\n"] + [class_table(c) for c in classes([Verdict])]

@@ -15,8 +15,7 @@ from typing import Any, Callable, Iterable
 
 from gcdoctor.events import (LogMessage, MeasurementRecorded, ProbeFinished, ProbeStarted, Progress, RunFinished,
                              RunStarted, StepMeasured, TelemetrySampled, VerdictIssued)
-
-SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2, "ok": 3, "inconclusive": 4}
+from gcdoctor.types import SEVERITY_ORDER
 
 
 class TelemetryHistory:
@@ -310,7 +309,7 @@ class DashboardState:
     # -- reading -------------------------------------------------------------------------------
     def bottom_line(self, width: int) -> list:
         """The bottom line of what was received so far, `width` columns wide (the report's rows)."""
-        from gcdoctor.engine import Verdict
+        from gcdoctor.types import Verdict
         from gcdoctor.report.bottom_line import bottom_line, title_from_settings
         verdicts = []
         for e in self.verdicts.values():
