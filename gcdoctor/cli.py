@@ -15,6 +15,7 @@ import traceback
 from pathlib import Path
 from typing import Any, NoReturn
 
+from gcdoctor.experiments import PROBE_NAMES
 from gcdoctor.config import (RunConfig, load_toml, parse_batch_sizes, parse_probes, parse_size, parse_threshold,
                              validate_thresholds)
 from gcdoctor.errors import (EXIT_FAIL_ON, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE,
@@ -96,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--target-batch", type=_positive_int, help="the per-device batch you train at")
     d.add_argument("--steps", type=_positive_int, help="measured steps per point (default 3)")
     d.add_argument("--warmup", type=_int, help="warm-up steps per point (default 1)")
-    d.add_argument("--probes", help="comma-separated probes to run (default: all that apply)")
+    d.add_argument("--probes", help=f"comma-separated probes to run: {', '.join(PROBE_NAMES)} (default: all "
+                   "that apply)")
     d.add_argument("--probe-layers", type=_positive_int, help="layers for the many-variant probes (default 4 on a GPU)")
     d.add_argument("--probe-batch", type=_positive_int, help="batch of the many-variant probes (default 1)")
     d.add_argument("--memory-limit", help="cap device memory for this run, e.g. 48GB (what-if, tests)")

@@ -9,13 +9,13 @@ import textwrap
 
 from gcdoctor.types import EXPERIMENT, Verdict, verdict_order
 from gcdoctor.facts import Facts
+from gcdoctor.experiments import EXPERIMENTS
 from gcdoctor.report.bottom_line import MARK, PRESCRIPTION, WIDTH, bottom_line_for
 from gcdoctor.report.format import term_safe, text_table
 from gcdoctor.report.model import format_value
 from gcdoctor.report.sections.sweep import sweep_rows
 
-TOPIC_TITLE = {"granularity": "granularity", "offload": "offload", "jitter": "loss jitter", "launch": "launch cost",
-               "trace": "trace", "sweep": "batch sweep", "memory": "memory"}
+TOPIC_TITLE = {**{e.name: e.title for e in EXPERIMENTS}, "launch": "launch cost", "trace": "trace", "memory": "memory"}
 
 
 def output_width(stream=None) -> int:
