@@ -5,57 +5,14 @@ the engine reports the rule as inconclusive with the recorded reason instead of 
 """
 from __future__ import annotations
 
-import inspect
 import traceback
-from typing import Iterable, Sequence
+from typing import Iterable
 
 from gcdoctor.facts import Facts
-# the verdict vocabulary lives in gcdoctor.types; re-exported here for the rules that import it from the engine
+# the verdict vocabulary and the Rule base live in gcdoctor.types; re-exported here for code that imports
+# them from the engine
 from gcdoctor.types import (CONFIGURATION, EXPERIMENT, LINE_WIDTH, SCOPES, SEVERITY_ORDER, Evidence,  # noqa: F401
-                            Verdict, sort_verdicts)
-
-
-class Rule:
-    """Base of every rule. Subclasses set code, slug, title, requires, defaults and `check`.
-
-    The docstring has four sections, in this order: What it checks, Why it matters,
-    Evidence, How to fix. `gcdoctor explain CODE` prints it.
-    """
-
-    code: str = ""
-    slug: str = ""
-    title: str = ""
-    requires: tuple[str, ...] = ()
-    defaults: dict[str, float] = {}
-    scope: str = CONFIGURATION  # of its verdicts, unless a verdict says otherwise
-    topic: str = ""
-
-    def check(self, facts: Facts, t: dict[str, float]) -> Verdict | list[Verdict]:
-        raise NotImplementedError
-
-    # helpers for subclasses -------------------------------------------------------------
-    def fired(self, severity: str, headline: str, evidence: Sequence[Evidence], explanation: str,
-              recommendation: str, subject: str = "", *, scope: str | None = None, line: str = "",
-              topic: str | None = None) -> Verdict:
-        return Verdict(self.code, self.slug, "fired", severity, headline, list(evidence),
-                       explanation, recommendation, subject, scope or self.scope, line,
-                       self.topic if topic is None else topic)
-
-    def passed(self, headline: str, evidence: Sequence[Evidence] = (), subject: str = "",
-               explanation: str = "", *, scope: str | None = None, line: str = "",
-               topic: str | None = None) -> Verdict:
-        return Verdict(self.code, self.slug, "passed", "ok", headline, list(evidence),
-                       explanation, "", subject, scope or self.scope, line, self.topic if topic is None else topic)
-
-    def inconclusive(self, reason: str, subject: str = "", *, scope: str | None = None,
-                     topic: str | None = None) -> Verdict:
-        return Verdict(self.code, self.slug, "inconclusive", "inconclusive",
-                       f"{self.title}: could not be judged: {reason}", [], "", "", subject,
-                       scope or self.scope, "", self.topic if topic is None else topic)
-
-    @classmethod
-    def doc(cls) -> str:
-        return inspect.cleandoc(cls.__doc__ or "")
+                            Rule, Verdict, sort_verdicts)
 
 
 def resolve_thresholds(rule: Rule, overrides: dict[str, dict[str, float]] | None) -> dict[str, float]:

@@ -1,13 +1,18 @@
-"""What judging produces, for everything that reads it: Verdict, Evidence, the verdict scopes and
-the one severity vocabulary (order, marks, words, icons). No torch, no rules: writers, the TUI and
-the console import this module, not the engine.
+"""What judging produces, for everything that reads it: Verdict, Evidence, the verdict scopes, the
+one severity vocabulary (order, marks, words, icons), and the Rule base every rule extends. No
+torch, no rules: rules, writers, the TUI and the console import this module; the engine (which
+evaluates the rules) imports it too, so nothing imports back up into the engine.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+import inspect
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from gcdoctor.facts.serde import from_dict, to_dict
+
+if TYPE_CHECKING:
+    from gcdoctor.facts import Facts
 
 # What a verdict is about:
 # - configuration: what the user trains (the sweep's model at its settings, a watched run, the user's
@@ -101,6 +106,49 @@ class Verdict:
     @property
     def key(self) -> tuple[str, str]:
         return (self.code, self.subject)
+
+
+class Rule:
+    """Base of every rule. Subclasses set code, slug, title, requires, defaults and `check`.
+
+    The docstring has four sections, in this order: What it checks, Why it matters,
+    Evidence, How to fix. `gcdoctor explain CODE` prints it.
+    """
+
+    code: str = ""
+    slug: str = ""
+    title: str = ""
+    requires: tuple[str, ...] = ()
+    defaults: dict[str, float] = {}
+    scope: str = CONFIGURATION  # of its verdicts, unless a verdict says otherwise
+    topic: str = ""
+
+    def check(self, facts: Facts, t: dict[str, float]) -> Verdict | list[Verdict]:
+        raise NotImplementedError
+
+    # helpers for subclasses -------------------------------------------------------------
+    def fired(self, severity: str, headline: str, evidence: Sequence[Evidence], explanation: str,
+              recommendation: str, subject: str = "", *, scope: str | None = None, line: str = "",
+              topic: str | None = None) -> Verdict:
+        return Verdict(self.code, self.slug, "fired", severity, headline, list(evidence),
+                       explanation, recommendation, subject, scope or self.scope, line,
+                       self.topic if topic is None else topic)
+
+    def passed(self, headline: str, evidence: Sequence[Evidence] = (), subject: str = "",
+               explanation: str = "", *, scope: str | None = None, line: str = "",
+               topic: str | None = None) -> Verdict:
+        return Verdict(self.code, self.slug, "passed", "ok", headline, list(evidence),
+                       explanation, "", subject, scope or self.scope, line, self.topic if topic is None else topic)
+
+    def inconclusive(self, reason: str, subject: str = "", *, scope: str | None = None,
+                     topic: str | None = None) -> Verdict:
+        return Verdict(self.code, self.slug, "inconclusive", "inconclusive",
+                       f"{self.title}: could not be judged: {reason}", [], "", "", subject,
+                       scope or self.scope, "", self.topic if topic is None else topic)
+
+    @classmethod
+    def doc(cls) -> str:
+        return inspect.cleandoc(cls.__doc__ or "")
 
 
 def verdict_order(v: Verdict) -> tuple[int, str, str]:
