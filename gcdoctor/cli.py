@@ -233,7 +233,7 @@ def incomplete_reasons(facts: Any, verdicts: list, live: bool = True) -> list[st
     """Why a run is incomplete (exit code 3): a probe that failed, a rule that crashed, a crash,
     a diagnose run with no recorded end (killed: SIGKILL, power loss) and, re-judged later
     (`live` False), a run that was interrupted."""
-    reasons = [f"{k}: {v}" for k, v in facts.unavailable.items() if str(v).startswith("probe failed")]
+    reasons = [f"{k}: probe failed: {v}" for k, v in facts.failed_probes.items()]
     reasons += [f"rule {v.code} crashed" for v in verdicts if v.status == "error"]
     st = facts.settings
     if st.error:

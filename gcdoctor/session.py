@@ -429,7 +429,7 @@ class Session:
                     except Exception as exc:  # noqa: BLE001 - one failing probe must not lose the others
                         detail = traceback.format_exc(limit=-3)
                         self.rundir.write_error(f"probe {probe.name} failed:\n{traceback.format_exc()}")
-                        self.facts.unavailable[probe.name] = f"probe failed: {type(exc).__name__}: {exc}"
+                        self.facts.probe_failed(probe.name, f"{type(exc).__name__}: {exc}")
                         self.bus.emit(LogMessage(f"probe {probe.name} failed: {exc}\n{detail}", "error"))
                         self.bus.emit(ProbeFinished(probe.name, False, str(exc), time.monotonic() - t0))
                     else:

@@ -63,7 +63,7 @@ def test_an_interrupted_run_and_a_crashed_probe_come_first():
     facts, verdicts = load("h200-llama3-8b-4layers-sweep")
     facts = copy.deepcopy(facts)
     facts.settings.interrupted = True
-    facts.unavailable["offload"] = "probe failed: RuntimeError: boom"
+    facts.probe_failed("offload", "RuntimeError: boom")
     lines = bottom_line_text(facts, verdicts).splitlines()
     assert lines[1].startswith("  stop the run was interrupted")
     assert any(x.startswith("  stop probe offload crashed (RuntimeError: boom)") for x in lines[2:4])

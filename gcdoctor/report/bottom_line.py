@@ -105,9 +105,8 @@ def problems_of(facts: Facts) -> list[str]:
         out.append("the run was interrupted: the verdicts judge what was measured before it stopped")
     if st.error:
         out.append(f"the run ended with an error: {st.error}")
-    for name, reason in sorted(facts.unavailable.items()):
-        if "." not in name and reason.startswith("probe failed"):
-            out.append(f"probe {name} crashed ({reason[len('probe failed: '):]}): its verdicts are missing")
+    for name, error in sorted(facts.failed_probes.items()):
+        out.append(f"probe {name} crashed ({error}): its verdicts are missing")
     return out
 
 
