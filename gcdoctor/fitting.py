@@ -16,6 +16,7 @@ from gcdoctor.memory import (ALLOCATORS, CONTEXT_SOURCE, DEVICE_CONTEXT_BYTES, D
                              Prediction, Workload, checkpoint_residue_bytes_per_token, fit_options,
                              layer_activation_bytes_per_token, max_batch, model_states, predict, usable_bytes)
 
+
 def fit(spec: Any, workload: Workload, device_memory_bytes: int, allocator: str = "default",
         context_bytes: int | None = None, limit_bytes: int | None = None, steps: int = 3,
         fresh_workspaces: bool = False) -> Any:

@@ -58,7 +58,7 @@ _S4000 = ("Moore Threads launch figures as reported by io-tech.fi (2023-12) and 
           "PCIe 5.0 x16, MTLink 240 GB/s")
 _S5000 = ("Moore Threads figures as reported 2026-02 (rutab.net, ldeepai.com): 80 GB, 1.6 TB/s, 1000 TFLOPS "
           "FP8 (liquid-cooled; 920 air-cooled); mthreads-gmi 2.3.2 total 81920 MiB, link 16x "
-          "(../shared/musa/mthreads-gmi-2.3.2-mtt-s5000.txt, from github.com/vllm-project/vllm-omni/pull/2337)")
+          "(samples/musa/mthreads-gmi-2.3.2-mtt-s5000.txt, from github.com/vllm-project/vllm-omni/pull/2337)")
 
 PRESETS: dict[str, DeviceSpec] = {
     # MTT S4000: 100 TFLOPS FP16/BF16, 25 FP32, 48 GB GDDR6 at 768 GB/s, PCIe Gen5 x16.

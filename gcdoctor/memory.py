@@ -174,23 +174,6 @@ class Prediction:
         p = self.peak
         return "optimizer step" if p is self.optimizer else ("forward" if p is self.forward else "backward")
 
-    def terms(self) -> dict[str, int]:
-        """Named terms for facts and reports (bytes)."""
-        s = self.states
-        return {
-            "params": s.param_bytes, "grads": s.grad_bytes, "optimizer_states": s.optimizer_state_bytes,
-            "master_weights": s.master_weight_bytes, "buffers": s.buffer_bytes,
-            "optimizer_transient": s.optimizer_transient_bytes,
-            "baseline": self.baseline_bytes,
-            "activations_after_forward": self.activations_after_forward_bytes,
-            "saved_per_layer": self.saved_per_layer_bytes,
-            "layer_activations": self.layer_activation_bytes,
-            "loss_block": self.loss_block_bytes,
-            "forward_peak": self.forward.bytes, "backward_peak": self.backward.bytes,
-            "optimizer_peak": self.optimizer.bytes, "peak": self.peak_bytes,
-        }
-
-
 # ---------------------------------------------------------------------------------------
 # dimensions
 

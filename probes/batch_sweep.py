@@ -273,7 +273,7 @@ class SweepProbe:
 
     @staticmethod
     def _predict(ctx, m: Measurement, variant: str) -> None:
-        """Store the analytic model's prediction beside the measurement (issue 11)."""
+        """Store the analytic model's prediction beside the measurement."""
         if ctx.dist is not None:
             # the memory model predicts one unsharded device: a rank's peak is `plan --shard N`'s
             ctx.facts.unavailable.setdefault(

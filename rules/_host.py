@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from gcdoctor.engine import CONFIGURATION, Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
-from gcdoctor.facts.trace import HostIdle, JudgedWindow, TraceKey, judged_window, trace_window
+from gcdoctor.facts.trace import JudgedWindow, TraceKey, judged_window, trace_window
 from gcdoctor.rules._offload import PHASES, STEP_PROBES
 from gcdoctor.rules._scope import probe_of, scope_of
 
@@ -144,7 +144,3 @@ def _window_text(jw: JudgedWindow) -> str:
     return text + (f"; {jw.why}" if jw.why else "")
 
 
-def idle_summary(h: HostIdle) -> str:
-    parts = [f"{c} {getattr(h, c + '_us') / 1e3:.1f} ms" for c in
-             ("sync", "setup", "dispatch", "data", "python", "unrecorded", "queued") if getattr(h, c + "_us") > 0]
-    return ", ".join(parts) or "none"

@@ -1,4 +1,4 @@
-"""The bottom line (DESIGN.md, "What the user reads first") on real recorded runs: at most 12 lines of
+"""The bottom line on real recorded runs: at most 12 lines of
 80 columns, configuration first, the prescription, at most three device findings, and a pointer."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 18's platform classes: one owner per run directory, strict configuration, escaping for
+"""Platform hardening: one owner per run directory, strict configuration, escaping for
 every sink, telemetry counter tracks in the traces, the notebook API, the venv maker."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Facts of the analytic memory model's predictions (issue 11).
+"""Facts of the analytic memory model's predictions.
 
 The session stores one `PredictedPoint` per (variant, batch) it measures, next to the
 measurement, so a report can show predicted vs measured and a rule can say what

@@ -1,6 +1,6 @@
 """The bottom line: the answer to "is checkpointing doing what I think, and what should I change?" in
 at most 12 lines of 80 columns, the same in the console summary, report.md, report.html's first screen
-and the TUI's verdict panel (DESIGN.md, "What the user reads first").
+and the TUI's verdict panel.
 
 In order: what stopped the run from being complete (a crashed probe, a rule that raised, an
 interruption), the configuration verdicts that fired (most severe first) or, when none did, the ones

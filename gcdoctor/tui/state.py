@@ -11,7 +11,7 @@ import statistics
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from gcdoctor.events import (LogMessage, MeasurementRecorded, ProbeFinished, ProbeStarted, Progress, RunFinished,
                              RunStarted, StepMeasured, TelemetrySampled, VerdictIssued)
@@ -196,12 +196,6 @@ class DashboardState:
     def apply(self, ev: Any) -> set[str]:
         handler = getattr(self, f"_on_{type(ev).__name__}", None)
         return handler(ev) if handler else set()
-
-    def apply_all(self, events: Iterable[Any]) -> set[str]:
-        changed: set[str] = set()
-        for ev in events:
-            changed |= self.apply(ev)
-        return changed
 
     def _on_RunStarted(self, ev: RunStarted) -> set[str]:
         self.run_dir, self.command = ev.run_dir, ev.command
