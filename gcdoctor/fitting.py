@@ -141,7 +141,7 @@ def memory_model_facts(spec: Any, seq_len: int, dtype: str = "bf16", optimizer: 
         mm.points.append(predicted_point_for(spec, mm, variant, batch))
         mm.notes.extend(n for n in predict(spec, Workload(batch, seq_len, dtype, optimizer, variant == "gc",
                                                           device)).notes if n not in mm.notes)
-    if usable is not None:
+    if usable is not None and capacity_bytes:
         room = usable if limit_bytes is None or not on_device else min(usable, limit_bytes)
         for variant in ("no_gc", "gc"):
             gc = variant == "gc"

@@ -128,7 +128,8 @@ def section_html(s: Section, ctx: RenderContext) -> str:
 
 
 def _sections(ctx: RenderContext) -> list[str]:
-    out, topics = [], set()
+    out: list[str] = []
+    topics: set[str] = set()
     for s in present(ctx.facts):
         out.append(section_html(s, ctx))
         topics.update(s.topics)

@@ -86,7 +86,8 @@ def _field_comments(cls: type) -> dict[str, str]:
         if i in comments and i in code_lines:
             out[m.group(1)] = comments[i]
             continue
-        above, j = [], i - 1
+        above: list[str] = []
+        j = i - 1
         while j in comments and j not in code_lines:
             above.insert(0, comments[j])
             j -= 1
