@@ -23,7 +23,7 @@ from gcdoctor.capture import (StepRecord, TrainingStep, free_memory, median, opt
 from gcdoctor.config import RunConfig
 from gcdoctor.engine import evaluate
 from gcdoctor.types import Verdict
-from gcdoctor.errors import UserError
+from gcdoctor.errors import RunInterrupted, UserError
 from gcdoctor.events import (EventBus, LogMessage, MeasurementRecorded, ProbeFinished, ProbeStarted, Progress,
                              RunFinished, RunStarted, StepMeasured, TelemetrySampled, VerdictIssued)
 from gcdoctor.facts import Facts, Measurement, ModelInfo, ProfilerOverhead, RunSettings
@@ -31,10 +31,6 @@ from gcdoctor.rundir import RunDirectory, default_run_dir
 
 GPU_SEQ_LEN, CPU_SEQ_LEN = 4096, 128
 GPU_PROBE_LAYERS = 4  # many-variant probes on a GPU: per-layer effects repeat, so 4 layers suffice
-
-
-class RunInterrupted(Exception):
-    """The user asked to stop (q in the TUI, Ctrl-C): write what was measured and end."""
 
 
 @dataclass

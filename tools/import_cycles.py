@@ -30,6 +30,14 @@ def graph() -> dict[str, set[str]]:
                     n = n.rpartition(".")[0]
                 if n and n != m and not m.startswith(n + "."):
                     g[m].add(n)
+    # the probes package imports the modules its experiment table names ("module:Class")
+    table = pathlib.Path("gcdoctor/experiments.py")
+    if table.is_file() and "gcdoctor.probes" in g:
+        for node in ast.walk(ast.parse(table.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and ":" in node.value:
+                mod = "gcdoctor.probes." + node.value.split(":")[0]
+                if mod in g:
+                    g["gcdoctor.probes"].add(mod)
     return g
 
 
