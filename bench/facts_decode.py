@@ -1,5 +1,5 @@
 """facts.json decoding: msgspec's typed conversion against the hand-written type-hint walk it
-replaced (gcdoctor.facts.serde before issue 20). Same values on every recorded facts.json under
+replaced (gcdoctor.facts.serde before its msgspec rewrite). Same values on every recorded facts.json under
 samples/ (checked here too), and the time to decode all of them.
 
     python bench/facts_decode.py

@@ -21,6 +21,9 @@ import time
 from pathlib import Path
 
 
+from gcdoctor import fitting as F  # noqa: E402
+
+
 from gcdoctor import memory as M  # noqa: E402
 from gcdoctor.models import load_spec  # noqa: E402
 from gcdoctor.probes.allocator import ALLOC_CONF, run_worker  # noqa: E402
@@ -59,7 +62,7 @@ def main() -> int:
     total, name = _device_memory(args.device)
     limit = int(args.memory_limit) if args.memory_limit else None
     capacity = total if kind != "cpu" else limit
-    mm = M.memory_model_facts(spec, args.seq_len, dtype, "adamw", kind if kind in M.DEVICE_KINDS else "cuda",
+    mm = F.memory_model_facts(spec, args.seq_len, dtype, "adamw", kind if kind in M.DEVICE_KINDS else "cuda",
                               capacity_bytes=capacity, limit_bytes=limit if kind != "cpu" else None)
     rows = []
     context = None

@@ -1,4 +1,4 @@
-"""Recompute found without labels against gcdoctor's labels: the acceptance check of issue 19
+"""Recompute found without labels against gcdoctor's labels: the acceptance check
 ("recompute share within 2 points of the labelled capture of the same model").
 
     python bench/recompute_vs_labels.py --same-trace RUN_OR_TRACE ... --runs UNLABELLED_RUN LABELLED_RUN --out F.json

@@ -6,7 +6,7 @@
     ... [--slow-hz 5]   # slow series (NVML util/memory/clock/reasons, psutil) rate; 0 = every tick
 
 --pcie-poll-hz 50 forces the PCIe byte counters into their own 50 Hz thread (the design before
-issue 4's fix); the default reads them in the sampler's tick. --compare-poller runs the CPU part
+the tick fix); the default reads them in the sampler's tick. --compare-poller runs the CPU part
 both ways. --fake-nvml replaces NVML by a stand-in whose every call spins for --fake-call-us of
 CPU (the driver's share), so the Python side of both designs can be compared on any machine.
 On a GPU the CPU part also times each NVML call the sampler makes (mean CPU and wall us, calls
@@ -432,7 +432,7 @@ def main() -> None:
     ap.add_argument("--pcie-poll-hz", type=float, default=None,
                     help="PCIe byte counters in their own thread at this rate (default: in the sampler's tick)")
     ap.add_argument("--compare-poller", action="store_true",
-                    help="CPU part twice: counters in a 50 Hz thread (before issue 4's fix), then in the tick")
+                    help="CPU part twice: counters in a 50 Hz thread (before the tick fix), then in the tick")
     ap.add_argument("--fake-nvml", action="store_true", help="NVML stand-in spinning --fake-call-us per call")
     ap.add_argument("--fake-call-us", type=float, default=20.0,
                     help="CPU per fake NVML call (H200: 5 calls of the sampler's read took 106 us)")

@@ -12,7 +12,7 @@ the other, `--repeat` times (median reported):
   profiler step is kept (include_last_profiler_step=True) so both tools analyse the same events.
 Wall time is measured by the parent from spawn to exit; peak memory is the child's own
 ru_maxrss from os.wait4. `--hta-path` is prepended to HTA's PYTHONPATH (HTA installed with
-`pip install --no-deps --target DIR`). Targets (issue 16): gcdoctor >= 15x faster, < 0.2x memory (issue 3's were 5x and 0.5x).
+`pip install --no-deps --target DIR`). Targets: gcdoctor >= 15x faster, < 0.2x memory (the earlier targets were 5x and 0.5x).
 """
 from __future__ import annotations
 

@@ -41,6 +41,7 @@ import bisect
 from dataclasses import dataclass
 from typing import Any
 
+from gcdoctor import memory as M
 from gcdoctor.memory import _Timeline
 
 KMIN_BLOCK = 512
@@ -468,8 +469,6 @@ def replay(spec: Any, seq_len: int, plan: list[tuple], capacity: int, *, dtype: 
 
     `workspaces_persist`: the cuBLAS workspaces live from their first matmul to the end of the
     process (gcdoctor before it released them after each measurement, and any training job)."""
-    from gcdoctor import memory as M
-
     alloc = CachingAllocator(capacity, expandable, allowed, device_total)
     live = _Live(alloc)
     sizes = M.param_tensor_bytes(spec, dtype)
@@ -501,7 +500,6 @@ def replay(spec: Any, seq_len: int, plan: list[tuple], capacity: int, *, dtype: 
 def _measure(spec: Any, seq_len: int, dtype: str, optimizer: str, variant: str, batch: int, steps: int,
              live: _Live, sizes: list[int], grads: list[str], ws_names: set[str],
              workspaces_persist: bool, master_weights: bool = False) -> SimMeasurement:
-    from gcdoctor import memory as M
 
     alloc = live.a
     w = M.Workload(batch, seq_len, dtype, optimizer, variant == "gc", "cuda", master_weights)

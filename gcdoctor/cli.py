@@ -15,6 +15,7 @@ import traceback
 from pathlib import Path
 from typing import Any, NoReturn
 
+from gcdoctor.experiments import PROBE_NAMES
 from gcdoctor.config import (RunConfig, load_toml, parse_batch_sizes, parse_probes, parse_size, parse_threshold,
                              validate_thresholds)
 from gcdoctor.errors import (EXIT_FAIL_ON, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE,
@@ -98,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the global batch you train at; the recipe may reach it with gradient accumulation")
     d.add_argument("--steps", type=_positive_int, help="measured steps per point (default 3)")
     d.add_argument("--warmup", type=_int, help="warm-up steps per point (default 1)")
-    d.add_argument("--probes", help="comma-separated probes to run (default: all that apply)")
+    d.add_argument("--probes", help=f"comma-separated probes to run: {', '.join(PROBE_NAMES)} (default: all "
+                   "that apply)")
     d.add_argument("--probe-layers", type=_positive_int, help="layers for the many-variant probes (default 4 on a GPU)")
     d.add_argument("--probe-batch", type=_positive_int, help="batch of the many-variant probes (default 1)")
     d.add_argument("--memory-limit", help="cap device memory for this run, e.g. 48GB (what-if, tests)")
@@ -243,7 +245,7 @@ def incomplete_reasons(facts: Any, verdicts: list, live: bool = True) -> list[st
     """Why a run is incomplete (exit code 3): a probe that failed, a rule that crashed, a crash,
     a diagnose run with no recorded end (killed: SIGKILL, power loss) and, re-judged later
     (`live` False), a run that was interrupted."""
-    reasons = [f"{k}: {v}" for k, v in facts.unavailable.items() if str(v).startswith("probe failed")]
+    reasons = [f"{k}: probe failed: {v}" for k, v in facts.failed_probes.items()]
     reasons += [f"rule {v.code} crashed" for v in verdicts if v.status == "error"]
     st = facts.settings
     if st.error:

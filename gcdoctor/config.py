@@ -24,6 +24,7 @@ from typing import Any, get_type_hints
 
 import msgspec
 
+from gcdoctor import experiments
 from gcdoctor.errors import UserError
 
 try:  # Python 3.11+
@@ -209,8 +210,7 @@ def parse_batch_sizes(text: str) -> list[int]:
     return sizes
 
 
-# the probes, in the order they run (probes.PROBES; tests/test_probe_names.py holds them equal)
-PROBE_NAMES = ("sweep", "allocator", "optimizer", "policies", "granularity", "sharding", "offload", "jitter")
+PROBE_NAMES = experiments.PROBE_NAMES  # the probes, in the order they run
 
 
 def parse_probes(text: str) -> list[str]:

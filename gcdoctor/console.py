@@ -9,10 +9,11 @@ import time
 from typing import Any, TextIO
 
 from gcdoctor.report.format import term_escape
+from gcdoctor.types import SEVERITIES
 from gcdoctor.events import (LogMessage, MeasurementRecorded, ProbeFinished, ProbeStarted, Progress, RunFinished,
                              RunStarted, StepMeasured, VerdictIssued)
 
-SEV = {"critical": "!!", "warning": "! ", "info": "i ", "ok": "ok"}
+SEV = {s.name: s.console for s in SEVERITIES}
 
 
 class ConsolePrinter:

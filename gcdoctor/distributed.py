@@ -161,13 +161,6 @@ class Group:
         self.created = False
 
 
-def start_group(device_kind: str, env: dict[str, str] | None = None) -> Group | None:
-    launch = launch_from_env(env)
-    if launch is None:
-        return None
-    return Group(launch, device_kind).start()
-
-
 def rank_device(device: str | None, launch: Launch) -> str | None:
     """The device a rank uses: its LOCAL_RANK-th device of the kind asked for (auto, cuda, musa), or
     the CPU. An explicit index cannot be honoured by every rank, so it is refused."""

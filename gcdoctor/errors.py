@@ -24,3 +24,7 @@ class UserError(Exception):
 
 class RunDirectoryBusy(UserError):
     """Another process owns the run directory (its lock is held)."""
+
+
+class RunInterrupted(Exception):
+    """The user asked to stop (q in the TUI, Ctrl-C): write what was measured and end."""

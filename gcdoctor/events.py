@@ -112,8 +112,8 @@ def event_to_json(event: Any, wall: float | None = None) -> str:
     wall = time.time() if wall is None else wall
     if type(event) is TelemetrySampled:
         # the hot path (20 a second, written from the sampler thread): msgspec encodes the flat
-        # dict in ~2 us where the generic dataclass walk and json.dumps take ~17 us (issue 4;
-        # bench/event_encode.py, docs/benchmarks.md)
+        # dict in ~2 us where the generic dataclass walk and json.dumps take ~17 us
+        # (bench/event_encode.py, docs/benchmarks.md)
         return _encode({"type": "TelemetrySampled", "wall": wall, "t": event.t, "values": event.values}).decode()
     return json.dumps({"type": type(event).__name__, "wall": wall, **to_dict(event)})
 

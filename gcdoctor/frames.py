@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gcdoctor.errors import UserError
+from gcdoctor.experiments import NOTEBOOK_SECTIONS
 
 
 def _pd() -> Any:
@@ -102,7 +103,7 @@ def _measurements(facts: Any) -> list[Any]:
     out = []
     if facts.sweep is not None:
         out += list(facts.sweep.measurements)
-    for section in ("granularity", "offload", "jitter", "watch"):
+    for section in (*NOTEBOOK_SECTIONS, "watch"):
         sec = getattr(facts, section, None)
         ms = getattr(sec, "measurements", None) if sec is not None else None
         if ms:

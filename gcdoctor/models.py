@@ -86,7 +86,7 @@ class ModelSpec:
 
 
 def registry() -> dict[str, Path]:
-    folder = resources.files("gcdoctor") / "model_configs"
+    folder = resources.files(__package__ or "gcdoctor") / "model_configs"
     return {Path(str(p)).stem: Path(str(p)) for p in folder.iterdir() if str(p).endswith(".json")}
 
 

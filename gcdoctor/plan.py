@@ -10,6 +10,7 @@ import re
 import textwrap
 from typing import Any
 
+from gcdoctor import fitting as F
 from gcdoctor import memory as M
 from gcdoctor.errors import UserError
 from gcdoctor.models import load_spec
@@ -199,7 +200,7 @@ def run_plan(model: Any = None, device_memory: str | int | None = None, seq_len:
     def pred(b: int, mode: str) -> M.Prediction:
         return M.predict(spec, Workload(b, seq_len, dtype, optimizer, mode == "gc", device, master_weights))
 
-    best_by = {a: {m: M.max_batch_fresh(spec, capacity, seq_len, dtype, optimizer, m == "gc", device, a,
+    best_by = {a: {m: F.max_batch_fresh(spec, capacity, seq_len, dtype, optimizer, m == "gc", device, a,
                                         master_weights=master_weights) for m in modes} for a in allocators}
     best = best_by["default"]
     batches = _batch_list(batch_sizes) or _table_batches({f"{a}/{m}": v for a, by in best_by.items()
@@ -215,7 +216,7 @@ def run_plan(model: Any = None, device_memory: str | int | None = None, seq_len:
                 if p.peak_bytes > usable:
                     row[key] = False  # no allocator fits more than it can reserve
                 else:
-                    row[key] = M.fit(spec, Workload(b, seq_len, dtype, optimizer, m == "gc", device, master_weights),
+                    row[key] = F.fit(spec, Workload(b, seq_len, dtype, optimizer, m == "gc", device, master_weights),
                                      capacity, a).fits
             rows.append(row)
     reasons = []

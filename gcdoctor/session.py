@@ -21,8 +21,9 @@ from gcdoctor import models
 from gcdoctor.capture import (StepRecord, TrainingStep, free_memory, median, optimizer_state_bytes,
                               profile_steps, tensor_bytes)
 from gcdoctor.config import RunConfig
-from gcdoctor.engine import Verdict, evaluate
-from gcdoctor.errors import UserError
+from gcdoctor.engine import evaluate
+from gcdoctor.types import Verdict
+from gcdoctor.errors import RunInterrupted, UserError
 from gcdoctor.events import (EventBus, LogMessage, MeasurementRecorded, ProbeFinished, ProbeStarted, Progress,
                              RunFinished, RunStarted, StepMeasured, TelemetrySampled, VerdictIssued)
 from gcdoctor.facts import Facts, Measurement, ModelInfo, ProfilerOverhead, RunSettings
@@ -30,10 +31,6 @@ from gcdoctor.rundir import RunDirectory, default_run_dir
 
 GPU_SEQ_LEN, CPU_SEQ_LEN = 4096, 128
 GPU_PROBE_LAYERS = 4  # many-variant probes on a GPU: per-layer effects repeat, so 4 layers suffice
-
-
-class RunInterrupted(Exception):
-    """The user asked to stop (q in the TUI, Ctrl-C): write what was measured and end."""
 
 
 @dataclass
@@ -428,7 +425,7 @@ class Session:
                     except Exception as exc:  # noqa: BLE001 - one failing probe must not lose the others
                         detail = traceback.format_exc(limit=-3)
                         self.rundir.write_error(f"probe {probe.name} failed:\n{traceback.format_exc()}")
-                        self.facts.unavailable[probe.name] = f"probe failed: {type(exc).__name__}: {exc}"
+                        self.facts.probe_failed(probe.name, f"{type(exc).__name__}: {exc}")
                         self.bus.emit(LogMessage(f"probe {probe.name} failed: {exc}\n{detail}", "error"))
                         self.bus.emit(ProbeFinished(probe.name, False, str(exc), time.monotonic() - t0))
                     else:

@@ -695,7 +695,7 @@ class Watcher:
                 f"the memory model covers AdamW/Adam/SGD, bf16/fp16/fp32 on cuda/musa/cpu; this run is "
                 f"{w.optimizer or 'no optimizer'}, {w.param_dtype}, {kind}")
             return
-        from gcdoctor.memory import memory_model_facts
+        from gcdoctor.fitting import memory_model_facts
         mm = memory_model_facts(spec, w.seq_len, dtype, optimizer, kind,
                                 points=[("no_gc", w.batch_size), ("gc", w.batch_size)],
                                 capacity_bytes=self.backend.memory_limit() or w.device_memory_bytes)

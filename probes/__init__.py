@@ -1,4 +1,4 @@
-"""The probes (experiments), in one explicit table, in the order they run.
+"""The probes (experiments), in the order of the experiment table (gcdoctor.experiments).
 
 A probe has `name`, `description`, `applies(device_kind) -> str | None` (a reason when it does
 not apply) and `run(ctx)` which fills its section of the facts through the ProbeContext.
@@ -6,21 +6,12 @@ not apply) and `run(ctx)` which fills its section of the facts through the Probe
 from __future__ import annotations
 
 from gcdoctor.errors import UserError
-from gcdoctor.probes.allocator import AllocatorProbe
-from gcdoctor.probes.batch_sweep import SweepProbe
-from gcdoctor.probes.granularity import GranularityProbe
-from gcdoctor.probes.jitter import JitterProbe
-from gcdoctor.probes.offload import OffloadProbe
-from gcdoctor.probes.optimizer import OptimizerProbe
-from gcdoctor.probes.policies import PoliciesProbe
-from gcdoctor.probes.sharding import ShardingProbe
+from gcdoctor.experiments import DISTRIBUTED_ONLY, DISTRIBUTED_PROBES, EXPERIMENTS, load_probe
 
-PROBES = [SweepProbe(), AllocatorProbe(), OptimizerProbe(), PoliciesProbe(), GranularityProbe(), ShardingProbe(), OffloadProbe(),
-          JitterProbe()]
-# a diagnose on several ranks (--nproc N, torchrun) runs these, sharded; the others measure one
-# device in one process, and the sharding probe needs several ranks (a process group)
-DISTRIBUTED_PROBES = ("sweep", "granularity", "sharding")
-DISTRIBUTED_ONLY = ("sharding",)
+PROBES = [load_probe(e) for e in EXPERIMENTS]
+# a diagnose on several ranks (--nproc N, torchrun) runs DISTRIBUTED_PROBES, sharded; the others
+# measure one device in one process, and DISTRIBUTED_ONLY need several ranks (a process group)
+__all__ = ["DISTRIBUTED_ONLY", "DISTRIBUTED_PROBES", "PROBES", "select_probes"]
 
 
 def _why_not(p, device_kind: str, distributed: bool) -> str | None:

@@ -81,8 +81,8 @@ class AllocatorProbe:
             return None
         if not parent or not mm.capacity_bytes:
             return (mm.max_batch_by_allocator.get(allocator) or {}).get(variant)
-        from gcdoctor import memory as M
-        return M.max_batch_fresh(ctx.spec, mm.capacity_bytes - parent, mm.seq_len, mm.dtype, mm.optimizer,
+        from gcdoctor.fitting import max_batch_fresh
+        return max_batch_fresh(ctx.spec, mm.capacity_bytes - parent, mm.seq_len, mm.dtype, mm.optimizer,
                                  variant == "gc", mm.device, allocator, mm.context_bytes, mm.limit_bytes)
 
     # the two searches -------------------------------------------------------------------

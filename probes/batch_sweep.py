@@ -2,7 +2,7 @@
 peak memory at each batch (the memory/time trade-off, measured at equal settings).
 
 The search is guided by the memory model: it measures the batch the caching-allocator replay
-predicts to be the largest (gcdoctor.memory.max_batch_fresh), then its neighbour, and falls back
+predicts to be the largest (gcdoctor.fitting.max_batch_fresh), then its neighbour, and falls back
 to doubling and bisection when either surprises it. Each variant's search records its strategy,
 the prediction, how many trials ran out of memory and how long it took.
 """
@@ -99,8 +99,8 @@ class SweepProbe:
             ctx.save()
         if facts.searched:
             try:
-                from gcdoctor import memory
-                memory.refresh_context(ctx)
+                from gcdoctor.probes._memory_model import refresh_context
+                refresh_context(ctx)
             except Exception as exc:  # noqa: BLE001 - the predictions stay those made before the steps
                 ctx.log(f"memory model: the context could not be read again ({exc})", "warning")
         facts.wall_s = round(time.monotonic() - t_probe, 1)
@@ -137,8 +137,8 @@ class SweepProbe:
         if ctx.facts.memory_model is not None:
             return
         try:
-            from gcdoctor import memory
-            ctx.facts.memory_model = memory.memory_model_facts_for(ctx)
+            from gcdoctor.probes._memory_model import memory_model_facts_for
+            ctx.facts.memory_model = memory_model_facts_for(ctx)
         except Exception as exc:  # noqa: BLE001 - a model that cannot be predicted is searched blind
             ctx.facts.unavailable["memory_model"] = f"the memory model failed: {type(exc).__name__}: {exc}"
 
@@ -273,21 +273,16 @@ class SweepProbe:
 
     @staticmethod
     def _predict(ctx, m: Measurement, variant: str) -> None:
-        """Store the analytic model's prediction beside the measurement (issue 11)."""
+        """Store the analytic model's prediction beside the measurement."""
         if ctx.dist is not None:
             # the memory model predicts one unsharded device: a rank's peak is `plan --shard N`'s
             ctx.facts.unavailable.setdefault(
                 "memory_model", f"a sharded run ({ctx.config.shard} over {ctx.dist.world_size} ranks): the memory "
                 "model predicts one unsharded device (gcdoctor plan --shard N predicts a rank's states)")
             return
+        from gcdoctor.probes._memory_model import predict_for_measurement
         try:
-            from gcdoctor import memory
-        except ImportError:
-            return
-        predict = getattr(memory, "predict_for_measurement", None)
-        if predict is not None:
-            try:
-                m.predicted_peak_bytes = predict(ctx, m, variant)
-            except Exception as exc:  # noqa: BLE001 - e.g. the replay fails on a device smaller than its context
-                ctx.facts.unavailable.setdefault(
-                    f"memory_model.predicted.{variant}", f"the prediction failed: {type(exc).__name__}: {exc}")
+            m.predicted_peak_bytes = predict_for_measurement(ctx, m, variant)
+        except Exception as exc:  # noqa: BLE001 - e.g. the replay fails on a device smaller than its context
+            ctx.facts.unavailable.setdefault(
+                f"memory_model.predicted.{variant}", f"the prediction failed: {type(exc).__name__}: {exc}")

@@ -31,11 +31,11 @@ import torch
 from torch.profiler import record_function
 
 from gcdoctor.capture import LABEL_PREFIX, TrainingStep, _causal_lm_loss, enable_layer_checkpointing, free_memory
+from gcdoctor.errors import RunInterrupted
 from gcdoctor.facts import Facts, Measurement
 from gcdoctor.facts.offload import (CheckpointOffloadCheck, OffloadFacts, OffloadVariant, derive_link_whatif,
                                     device_busy_share, read_copies, stall_shares, summary_value)
 from gcdoctor.probes import _deepspeed
-from gcdoctor.session import RunInterrupted
 
 PROFILED_STEPS = 2  # ctx.measure profiles this many steps (session._profile)
 CPU_MAX_MEASURE_STEPS = 2  # the CPU share of the default run must stay around 20 s

@@ -31,10 +31,6 @@ def sweep_rows(facts: Facts) -> tuple[str, int, list[RankMeasurement]] | None:
     return None
 
 
-def comm_pair(d: DistributedFacts, with_gc: str, without_gc: str) -> tuple[list[CommMetrics], list[CommMetrics]]:
-    return d.comm_of(with_gc), d.comm_of(without_gc)
-
-
 def worst(rows: list[CommMetrics], attr: str) -> CommMetrics | None:
     """The rank whose `attr` is largest (the one the others wait for), among those that have it."""
     have = [c for c in rows if getattr(c, attr) is not None]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from gcdoctor.engine import CONFIGURATION, Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
-from gcdoctor.facts.trace import HostIdle, JudgedWindow, TraceKey, judged_window, trace_window
+from gcdoctor.facts.trace import JudgedWindow, TraceKey, judged_window, trace_window
 from gcdoctor.rules._offload import PHASES, STEP_PROBES
 from gcdoctor.rules._scope import probe_of, scope_of
 

@@ -2,20 +2,15 @@
 from __future__ import annotations
 
 from gcdoctor.facts import Facts, Measurement
+from gcdoctor.facts.views import equal_batch
 
 GIB = 2**30
 
 
 def equal_batch_pair(facts: Facts) -> tuple[int, Measurement, Measurement] | None:
     """The largest batch measured with and without checkpointing (same seq, dtype, optimizer)."""
-    sweep = facts.sweep
-    if sweep is None:
-        return None
-    common = sweep.common_batches()
-    if not common:
-        return None
-    b = common[-1]
-    return b, sweep.get("no_gc", b), sweep.get("gc", b)
+    eq = equal_batch(facts.sweep)
+    return None if eq is None else (eq.batch, eq.off, eq.on)
 
 
 def gib(n: int | float | None) -> float | None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from gcdoctor.engine import Evidence, Rule
 from gcdoctor.facts import Facts
+from gcdoctor.facts.views import equal_batch
 from gcdoctor.rules._watch import is_watched, memory_headroom
 
 
@@ -52,13 +53,11 @@ class GcUnneededRule(Rule):
         best_off = sweep.max_batch.get("no_gc") if sweep.searched else (max(fit_off) if fit_off else None)
         target = sweep.target_batch
         ev = [Evidence("largest batch without GC" + ("" if sweep.searched else " (of those measured)"), best_off)]
-        common = sweep.common_batches()
+        eq = equal_batch(sweep)
         overhead = None
-        if common:
-            b = common[-1]
-            off, on = sweep.get("no_gc", b), sweep.get("gc", b)
-            overhead = 100.0 * (on.step_ms_median / off.step_ms_median - 1.0)
-            ev.append(Evidence(f"GC step-time overhead at batch {b}", overhead, "%"))
+        if eq is not None:
+            overhead = eq.overhead_pct
+            ev.append(Evidence(f"GC step-time overhead at batch {eq.batch}", overhead, "%"))
         cost = f" (it costs {overhead:.0f}% step time)" if overhead is not None else ""
         if target is None:
             if best_off is None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from gcdoctor.engine import Evidence, Rule
 from gcdoctor.facts import Facts
+from gcdoctor.facts.views import EqualBatch
 from gcdoctor.rules._sweep import equal_batch_pair, gib
 
 
@@ -50,17 +51,21 @@ class InsufficientMemorySavingRule(Rule):
         a_off, a_on = off.activation_peak_bytes, on.activation_peak_bytes
         if a_off is None or a_on is None or a_off <= 0:
             return self.inconclusive("peak memory or model-state sizes were not measured")
-        saving = 100.0 * (1.0 - a_on / a_off)
-        total = 100.0 * (1.0 - on.peak_allocated_bytes / off.peak_allocated_bytes)
+        eq = EqualBatch(b, off, on)
+        saving, total = eq.activation_saving_pct, eq.peak_saving_pct
         ev = [Evidence("batch size (both variants)", b),
               Evidence("activation memory without GC", gib(a_off), "GiB"),
               Evidence("activation memory with GC", gib(a_on), "GiB"),
               Evidence("activation saving", saving, "%"),
               Evidence("total peak saving (diluted by model states)", total, "%")]
-        m = facts.model
+        m, mm = facts.model, facts.memory_model
         logits_bytes = None
-        if m is not None and m.vocab_size:
-            # logits in the model dtype plus the fp32 upcast the library makes for the loss
+        if mm is not None and mm.loss_block_bytes_per_token:
+            # the memory model's exact term: logits in the model dtype, their fp32 upcast and its gradient
+            logits_bytes = b * off.seq_len * mm.loss_block_bytes_per_token
+            ev.append(Evidence("logits + fp32 loss block (memory model)", gib(logits_bytes), "GiB"))
+        elif m is not None and m.vocab_size:
+            # no memory model: logits in the model dtype plus the fp32 upcast the library makes for the loss
             dtype_bytes = 4 if (m.dtype or "fp32") == "fp32" else 2
             logits_bytes = b * off.seq_len * m.vocab_size * (dtype_bytes + 4)
             ev.append(Evidence("logits + fp32 loss block (estimate)", gib(logits_bytes), "GiB"))

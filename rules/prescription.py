@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from gcdoctor.engine import CONFIGURATION, Evidence, Rule, Verdict
 from gcdoctor.facts import Facts, Measurement
+from gcdoctor.facts.views import spread_pct
 
 POLICY = {"no_gc": "no checkpointing", "gc": "layer checkpointing"}
 
@@ -74,11 +75,7 @@ def _policy(facts: Facts, variant: str, conclusive: bool = True) -> Policy | Non
 
 
 def _spread_pct(m: Measurement) -> float:
-    times = m.step_ms
-    if len(times) < 2:
-        return 0.0
-    mid = sorted(times)[len(times) // 2]
-    return 100.0 * (max(times) - min(times)) / mid if mid else 0.0
+    return spread_pct(m.step_ms)
 
 
 class PrescriptionRule(Rule):

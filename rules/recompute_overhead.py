@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from gcdoctor.engine import Evidence, Rule
 from gcdoctor.facts import Facts
+from gcdoctor.facts.views import EqualBatch
 from gcdoctor.rules._sweep import equal_batch_pair
 from gcdoctor.rules._watch import is_watched, recompute_overhead
 
@@ -65,11 +66,12 @@ class RecomputeOverheadRule(Rule):
         if pair is None:
             return self.inconclusive("no batch size was measured both with and without checkpointing")
         b, off, on = pair
-        spread = max(_spread_pct(off.step_ms), _spread_pct(on.step_ms))
+        eq = EqualBatch(b, off, on)
+        spread = eq.spread_pct
         if spread > t["max_spread_pct"]:
             return self.inconclusive(f"step times at batch {b} vary by {spread:.0f}% from step to step (above "
                                      f"{t['max_spread_pct']:.0f}%): the device or host was busy with something else")
-        pct = 100.0 * (on.step_ms_median / off.step_ms_median - 1.0)
+        pct = eq.overhead_pct
         ev = [Evidence("batch size (both variants)", b), Evidence("step without GC", off.step_ms_median, "ms"),
               Evidence("step with GC", on.step_ms_median, "ms"), Evidence("overhead", pct, "%")]
         share = getattr(facts.trace.get("sweep/gc"), "recompute_share", None)
@@ -95,10 +97,3 @@ class RecomputeOverheadRule(Rule):
                 "memory-saving verdict.", line=f"checkpointing costs only {pct:+.0f} % at batch {b}: little is recomputed")
         return self.passed(f"Checkpointing costs {pct:.0f}% step time at batch {b}, inside the normal band ({band})", ev,
                            line=f"checkpointing costs {pct:+.0f} % step time at batch {b} (normal {band})")
-
-
-def _spread_pct(times: list[float]) -> float:
-    if len(times) < 2:
-        return 0.0
-    mid = sorted(times)[len(times) // 2]
-    return 100.0 * (max(times) - min(times)) / mid if mid else 0.0

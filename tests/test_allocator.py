@@ -85,8 +85,9 @@ def test_a_replayed_step_leaves_only_the_model_behind():
     assert sim[1].peak_allocated > sim[0].peak_allocated
     # a fresh process at the same batch: reserved bytes follow from the layout, the allocated peak
     # is the memory model's (rounded to 512 B per tensor)
+    from gcdoctor import fitting as F
     from gcdoctor import memory as M
     w = M.Workload(4, 128, gc=True)
-    fresh = M.fit(spec, w, 10**12)
+    fresh = F.fit(spec, w, 10**12)
     assert fresh.peak_allocated >= M.predict(spec, w).peak_bytes
     assert fresh.peak_allocated - M.predict(spec, w).peak_bytes < 2 * MiB

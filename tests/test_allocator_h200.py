@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gcdoctor import allocator as A
+from gcdoctor import fitting as F
 from gcdoctor import memory as M
 from gcdoctor.backends import oom as O
 from gcdoctor.facts import Facts
@@ -126,7 +127,7 @@ def test_the_outcomes_do_not_hang_on_the_context_to_the_tens_of_mib(run, ladder)
 def test_a_fresh_process_is_predicted_2_and_11_and_3_and_13_with_expandable_segments(run):
     """The predictions the fresh-process measurement checks (probes/allocator.py on the H200)."""
     facts, spec = run
-    mm = M.memory_model_facts(spec, 4096, capacity_bytes=facts.environment.total_memory_bytes)
+    mm = F.memory_model_facts(spec, 4096, capacity_bytes=facts.environment.total_memory_bytes)
     assert mm.max_batch_by_allocator == {"default": {"no_gc": 2, "gc": 11}, "expandable": {"no_gc": 3, "gc": 13}}
     # with expandable segments no GC batch 3 fits: 136.5 GiB allocated of the 139.1 GiB it can map
     assert M.predict(spec, M.Workload(3, 4096)).peak_bytes < mm.usable_bytes

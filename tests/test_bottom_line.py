@@ -1,4 +1,4 @@
-"""The bottom line (DESIGN.md, "What the user reads first") on real recorded runs: at most 12 lines of
+"""The bottom line on real recorded runs: at most 12 lines of
 80 columns, configuration first, the prescription, at most three device findings, and a pointer."""
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def test_an_interrupted_run_and_a_crashed_probe_come_first_after_the_prescriptio
     facts, verdicts = load("h200-llama3-8b-4layers-sweep")
     facts = copy.deepcopy(facts)
     facts.settings.interrupted = True
-    facts.unavailable["offload"] = "probe failed: RuntimeError: boom"
+    facts.probe_failed("offload", "RuntimeError: boom")
     lines = bottom_line_text(facts, verdicts).splitlines()
     assert lines[1] == "  use  no checkpointing at batch 4: 53,176 tok/s; layer checkpointing 46,104"
     assert lines[3].startswith("  stop the run was interrupted")

@@ -115,7 +115,7 @@ def test_any_json_document_is_a_facts_file_or_a_one_line_error(doc) -> None:
         check_sinks(facts)
 
 
-# -- regression cases: the seeds of the bugs found (issue 18 and this fuzzing) --------------------
+# -- regression cases: the seeds of the bugs found (hardening and this fuzzing) --------------------
 def _sweep(**edit) -> dict:
     data = copy.deepcopy(BASES["cpu-tiny-llama-sweep"])
     m = data["sweep"]["measurements"][0]
@@ -124,7 +124,7 @@ def _sweep(**edit) -> dict:
 
 
 @pytest.mark.parametrize("data", [
-    _sweep(step_ms_median=None),  # issue 18: a null step time crashed the HTML writer
+    _sweep(step_ms_median=None),  # a null step time crashed the HTML writer
     _sweep(step_ms_median=0.0, tokens_per_s=0.0),
     _sweep(variant="<script>alert(1)</script>\x1b[2J"),  # hostile text in every sink
     {**BASES["h200-monitor-20hz"], "jitter": {}},  # fuzzing: an empty jitter section crashed report.md
@@ -136,7 +136,7 @@ def test_regression_writers(data) -> None:
 
 
 @pytest.mark.parametrize("data, field", [
-    (_sweep(batch_size=-4), "batch_size"),  # issue 18: a negative batch crashed the HTML writer (log of it)
+    (_sweep(batch_size=-4), "batch_size"),  # a negative batch crashed the HTML writer (log of it)
     (_sweep(batch_size=0), "batch_size"),  # fuzzing: math domain error in the HTML plot
     (_sweep(step_ms_median=-1.0), "step_ms_median"),
 ])
@@ -146,7 +146,7 @@ def test_regression_impossible_values_are_refused_on_load(data, field) -> None:
 
 
 @pytest.mark.parametrize("edit, needle", [
-    ({"schema_version": 999}, "newer gcdoctor"),  # issue 18: accepted and re-saved
+    ({"schema_version": 999}, "newer gcdoctor"),  # accepted and re-saved
     ({"schema_version": "1"}, "schema_version"),
     ({"settings": {"measure_steps": 2 ** 70}}, "out of range"),  # 70-bit integer
     ({"settings": {"seq_len": None}}, "Expected `int`"),  # null where no null is allowed

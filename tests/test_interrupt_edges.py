@@ -1,4 +1,4 @@
-"""Interrupt and crash edges of a real diagnose run (issue 18): a second Ctrl-C 50-100 ms after the
+"""Interrupt and crash edges of a real diagnose run: a second Ctrl-C 50-100 ms after the
 first loses nothing; any later signal still ends with 130; a probe that fails makes the run
 incomplete (exit 3) with its traceback kept; torch's own console noise goes to gcdoctor.log."""
 from __future__ import annotations
@@ -82,7 +82,7 @@ def test_a_probe_that_fails_makes_the_run_incomplete(micro_llama, tmp_path, monk
 
 def test_a_quote_in_out_keeps_the_traces_readable(micro_llama, tmp_path) -> None:
     """torch writes the trace's own path into it unescaped: a '"' in --out made every trace
-    unreadable and the verdicts quietly lost their trace metrics (issue 18)."""
+    unreadable and the verdicts quietly lost their trace metrics."""
     out = tmp_path / 'a"b' / "run"
     rc = cli.main(["diagnose", "--no-tui", "--device", "cpu", "--model", micro_llama, "--probes", "sweep",
                    "--seq-len", "16", "--batch-sizes", "1", "--steps", "1", "--warmup", "0", "--out", str(out)])

@@ -1,4 +1,4 @@
-"""The layout DESIGN.md promises: import boundaries, no bare probes/rules imports, a complete wheel,
+"""The package layout: import boundaries, no bare probes/rules imports, a complete wheel,
 and rules that document themselves."""
 from __future__ import annotations
 

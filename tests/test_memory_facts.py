@@ -4,7 +4,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from gcdoctor import fitting as F
+
 from gcdoctor import memory as M
+
+from gcdoctor.probes import _memory_model as P
 from gcdoctor.facts import Facts
 from gcdoctor.facts.memory import (MemoryModelFacts, PredictedPoint, predicted_activation_saving,
                                    predicted_peak_saving, prediction_error_pct)
@@ -15,7 +19,7 @@ H200_BYTES = 150754820096  # NVML total of an H200 (143771 MiB; torch reports 61
 
 def test_facts_hold_a_prediction_per_point_and_the_largest_batches():
     spec = load_spec("llama3-8b")
-    mm = M.memory_model_facts(spec, 4096, points=[("no_gc", 1), ("gc", 1), ("gc", 8)], capacity_bytes=H200_BYTES)
+    mm = F.memory_model_facts(spec, 4096, points=[("no_gc", 1), ("gc", 1), ("gc", 8)], capacity_bytes=H200_BYTES)
     assert [(p.variant, p.batch_size) for p in mm.points] == [("no_gc", 1), ("gc", 1), ("gc", 8)]
     assert mm.max_batch_allocated == {"no_gc": M.max_batch(spec, mm.usable_bytes, 4096),
                                       "gc": M.max_batch(spec, mm.usable_bytes, 4096, gc=True)}
@@ -23,7 +27,7 @@ def test_facts_hold_a_prediction_per_point_and_the_largest_batches():
     for alloc in ("default", "expandable"):
         for variant, best in mm.max_batch_by_allocator[alloc].items():
             assert best <= mm.max_batch_allocated[variant]
-            assert M.fit(spec, M.Workload(best, 4096, gc=variant == "gc"), H200_BYTES, alloc).fits
+            assert F.fit(spec, M.Workload(best, 4096, gc=variant == "gc"), H200_BYTES, alloc).fits
     assert mm.usable_bytes == H200_BYTES - M.DEVICE_CONTEXT_BYTES and "assumed" in mm.context_source
     assert all(p.fits is not None and p.fits_expandable is not None for p in mm.points)
     direct = M.predict(spec, M.Workload(8, 4096, gc=True))
@@ -33,7 +37,7 @@ def test_facts_hold_a_prediction_per_point_and_the_largest_batches():
 
 
 def test_facts_survive_a_round_trip_through_json():
-    mm = M.memory_model_facts(load_spec("tiny-llama"), 128, points=[("no_gc", 2), ("gc", 2)], capacity_bytes=2 ** 30)
+    mm = F.memory_model_facts(load_spec("tiny-llama"), 128, points=[("no_gc", 2), ("gc", 2)], capacity_bytes=2 ** 30)
     back = Facts.from_dict(Facts(memory_model=mm).to_dict()).memory_model
     assert back == mm
 
@@ -90,14 +94,14 @@ def test_the_context_read_after_the_steps_replaces_the_assumed_one():
 
     ctx = SimpleNamespace(backend=Backend(), spec=spec, dtype="bf16", seq_len=4096, facts=Facts(),
                           config=SimpleNamespace(optimizer="adamw", probe_batch=1), probe_spec=lambda: spec)
-    mm = M.memory_model_facts_for(ctx)
+    mm = P.memory_model_facts_for(ctx)
     assert mm.context_bytes == M.DEVICE_CONTEXT_BYTES and "300 MiB measured here before any step" in mm.context_source
     ctx.facts.memory_model = mm
-    mm.points.append(M.predicted_point_for(spec, mm, "gc", 11))
+    mm.points.append(F.predicted_point_for(spec, mm, "gc", 11))
     reading["v"] = 780 * M.MiB  # after the steps: within 32 MiB of the default, kept and said
-    assert not M.refresh_context(ctx) and "780 MiB measured after the sweep's steps" in mm.context_source
+    assert not P.refresh_context(ctx) and "780 MiB measured after the sweep's steps" in mm.context_source
     reading["v"] = 4 * 2**30  # another process holds 3 GiB more: predicted again
-    assert M.refresh_context(ctx)
+    assert P.refresh_context(ctx)
     new = ctx.facts.memory_model
     assert new.context_bytes == 4 * 2**30 and new.context_source.startswith("measured on this device after")
     assert [(p.variant, p.batch_size) for p in new.points] == [("gc", 11)]

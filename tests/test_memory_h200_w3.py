@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gcdoctor import memory as M
+from gcdoctor import fitting as F
 from gcdoctor.models import load_spec
 
 FRESH = Path(__file__).resolve().parents[1] / "samples" / "h200-memory-w3" / "fresh" / "fresh_check.json"
@@ -28,6 +28,6 @@ def test_the_replay_predicts_the_measured_fresh_boundary(recorded, variant, allo
     fails = min(r["batch_size"] for r in rows if not r["fits"])
     assert fails == fits + 1  # measured on both sides
     spec = load_spec(recorded["model"])
-    predicted = M.max_batch_fresh(spec, recorded["device_memory_bytes"], recorded["seq_len"], "bf16", "adamw",
+    predicted = F.max_batch_fresh(spec, recorded["device_memory_bytes"], recorded["seq_len"], "bf16", "adamw",
                                   variant == "gc", "cuda", allocator, recorded["context_bytes_assumed"])
     assert predicted == fits

@@ -1,4 +1,4 @@
-"""Issue 18's platform classes: one owner per run directory, strict configuration, escaping for
+"""Platform hardening: one owner per run directory, strict configuration, escaping for
 every sink, telemetry counter tracks in the traces, the notebook API, the venv maker."""
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gcdoctor import cli
+import gcdoctor.models
 from gcdoctor.config import RunConfig, load_toml, parse_size
 from gcdoctor.errors import EXIT_USAGE, RunDirectoryBusy, UserError
 from gcdoctor.rundir import RunDirectory, safe_name
@@ -151,7 +152,7 @@ def test_inputs_validated_before_any_work(tmp_path: Path, capsys, argv, needle) 
     ({"tie_word_embeddings": "yes"}, "tie_word_embeddings"),
 ])
 def test_model_config_fields_have_ranges(tmp_path: Path, capsys, edit, needle) -> None:
-    cfg = json.loads((REPO / "gcdoctor" / "model_configs" / "llama3-8b.json").read_text())
+    cfg = json.loads((Path(gcdoctor.models.__file__).parent / "model_configs" / "llama3-8b.json").read_text())
     cfg.update(edit)
     p = tmp_path / "config.json"
     p.write_text(json.dumps(cfg))

@@ -11,7 +11,7 @@ import pytest
 from gcdoctor.engine import evaluate_rule
 from gcdoctor.facts import Facts
 from gcdoctor.facts.watch import CheckpointingSettings
-from gcdoctor.memory import memory_model_facts
+from gcdoctor.fitting import memory_model_facts
 from gcdoctor.models import load_spec
 from gcdoctor.rules import find_rule
 from gcdoctor.trace import compute_metrics, load_trace

@@ -1,5 +1,5 @@
 """The sampler's tick only captures; decoding and storing run once a second for the ticks since
-(issue 4: cold-cache Python per wake-up was most of the sampler's cost after the driver call).
+(cold-cache Python per wake-up was most of the sampler's cost after the driver call).
 
 Uses the recorded H200 stand-in of tests/test_telemetry_nvml.py and the psutil stand-in of
 tests/test_telemetry_slow.py.

@@ -1,4 +1,4 @@
-"""Slow series at 5 Hz beside a 20 Hz tick (issue 4): NVML utilisation, memory, SM clock and
+"""Slow series at 5 Hz beside a 20 Hz tick: NVML utilisation, memory, SM clock and
 throttle reasons, and every psutil read, happen on one sample in four and are held in between;
 the field-values call (instant power, PCIe byte counters) happens on every sample.
 

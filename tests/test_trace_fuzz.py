@@ -1,4 +1,4 @@
-"""Property-based fuzzing of the trace loader (issue 18): any JSON value in any field of any event
+"""Property-based fuzzing of the trace loader: any JSON value in any field of any event
 gives either a correct reading or gcdoctor's one-line UserError; never another exception, never an
 event placed at time 0 because it had no ts, never a negative duration in the tables. The analysis
 and the rules run on whatever loads (a rule that raises is a verdict of status "error": none may).
@@ -129,7 +129,7 @@ def _with(event: dict) -> dict:
 
 
 KERNEL = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 5000000000100.0, "dur": 1.0}
-# every bug the campaign of issue 18 and this fuzz test found, as the input that showed it
+# every bug the hardening campaign and this fuzz test found, as the input that showed it
 REGRESSIONS = {
     "device event without ts (was placed at 0: 'idle 100%')": {k: v for k, v in KERNEL.items() if k != "ts"},
     "negative dur": dict(KERNEL, dur=-5.0),

@@ -156,7 +156,7 @@ def _train(model, opt, ids, w, steps, wait_s=0.0):
 
 
 def test_each_step_has_its_phases_and_the_memory_peak_of_each_phase(micro_llama, tmp_path):
-    from gcdoctor.memory import memory_model_facts
+    from gcdoctor.fitting import memory_model_facts
     spec = load_spec(micro_llama)
     model = build_model(spec, "fp32", "cpu")
     model.activation_checkpointing_enable({"use_reentrant": False})

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Wave 3, engineer F (issue 22: checkpointing under FSDP2 and ZeRO-3), on ONE lent H200: world size 1.
+# Wave 3, engineer F (checkpointing under FSDP2 and ZeRO-3), on ONE lent H200: world size 1.
 # About 100 s of GPU time in all (each measurement builds its own sharded model):
 #   setup ~20 s
 #   A  gcdoctor diagnose --nproc 1 (gcdoctor's own launcher, NCCL, world size 1) on 4 layers of

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Pack the full diagnose of bench/gpu/wave3_lead_1.sh (in /tmp/full): `gcdoctor analyze` of it with
-# --fail-on warning (issue 15: exits 0 on a healthy configuration, whatever the experiments showed)
+# --fail-on warning (exits 0 on a healthy configuration, whatever the experiments showed)
 # and with --fail-on-experiments, the run directory (traces included) as $OUT/full-run.tgz.part-*
 # (15 MB parts), the console outputs, and a few facts printed.
 set -u

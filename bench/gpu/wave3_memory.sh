@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Wave 3, memory (issue 17): about 200 s of GPU time on one H200 (about 240 s if DeepSpeed's CPU
+# Wave 3, memory: about 200 s of GPU time on one H200 (about 240 s if DeepSpeed's CPU
 # Adam op has to be compiled on this machine first), in three bounded parts:
 #  A. `--memory-limit 48GB` on Llama-3-8B (sweep, and of the offload probe only its reference and
 #     ZeRO-2 with the optimizer on the host): GC004 fires from the memory model with the list of

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Wave 3, engineer P (issue 20): the README's set-up command on a GPU machine whose torch lives in
+# Wave 3, engineer P: the README's set-up command on a GPU machine whose torch lives in
 # its own environment (python3 = /opt/torch/.venv/bin/python3, torch 2.11.0+cu130), then a short
 # diagnose. About 240 s: install ~90 s (DeepSpeed's CPU Adam compiled at install time, ~65 s),
 # diagnose ~120 s (llama3-8b, 2 layers, seq 1024, sweep + offload at batch 1,2).

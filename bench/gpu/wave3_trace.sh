@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Wave 3, traces (issue 16): real H200 traces of each host-side cause of device idle, and the
+# Wave 3, traces: real H200 traces of each host-side cause of device idle, and the
 # profiler-hygiene check. Needs only the image's torch and numpy (gcdoctor's loader falls back to the
 # standard json decoder without msgspec). About 60-90 s of GPU time.
 #   run: bash bench/gpu/wave3_trace.sh     (files come back under $OUT)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Wave 3, engineer W (issue 19: the user's own run, judged as deeply as diagnose), on the lent H200.
+# Wave 3, engineer W (the user's own run, judged as deeply as diagnose), on the lent H200.
 # About 190 s of GPU time in all (each python start imports torch and builds 4 layers of Llama-3-8B):
 #   setup ~25 s
 #   A  Trainer fine-tune, transformers' own checkpointing (no labels), 24 steps, profiled 5-6   ~25 s

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Wave 3, issue 21 (engineer G): the launch-cost what-if checked on the H200. About 160 s of GPU
+# Wave 3: the launch-cost what-if checked on the H200. About 160 s of GPU
 # time: `gcdoctor diagnose --probes granularity --model llama3-8b` (4 probe layers) natively
 # (~30 s), then at three emulated launch costs, +25, +75 and +200 us of host time per launching op
 # (~35, ~40, ~50 s), then bench/whatif_check.py: each emulated variant's step time predicted from

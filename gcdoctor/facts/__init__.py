@@ -101,6 +101,8 @@ class ProfilerOverhead:
             return None
         return 100.0 * (self.profiled_step_ms / self.unprofiled_step_ms - 1.0)
 
+PROBE_FAILED = "probe failed: "  # the prefix of a crashed probe's reason in `unavailable`
+
 
 @dataclass
 class Facts:
@@ -126,6 +128,13 @@ class Facts:
     distributed: DistributedFacts | None = None  # a diagnose over N ranks (FSDP2 / ZeRO-3): every rank's numbers
     against: AgainstFacts | None = None  # a watched job held against a diagnose run's recipe (--against)
     unavailable: dict[str, str] = field(default_factory=dict)  # dotted path -> why not measured
+    # probe name -> "ExcType: message": the probes that crashed, which make the run incomplete
+    failed_probes: dict[str, str] = field(default_factory=dict)
+
+    def probe_failed(self, name: str, error: str) -> None:
+        """Record a crashed probe: incomplete (failed_probes), and the reason its facts are missing."""
+        self.failed_probes[name] = error
+        self.unavailable[name] = f"{PROBE_FAILED}{error}"
 
     def get(self, path: str) -> Any:
         """Value at a dotted path ('sweep.max_batch'), or None if any part is missing/empty."""
@@ -156,6 +165,9 @@ class Facts:
         from gcdoctor.facts.serde import check_ranges
         facts = from_dict(cls, data)
         check_ranges(facts)
+        for name, reason in facts.unavailable.items():  # recorded before failed_probes existed
+            if "." not in name and reason.startswith(PROBE_FAILED):
+                facts.failed_probes.setdefault(name, reason[len(PROBE_FAILED):])
         return facts
 
     def save(self, path: str | Path) -> None:

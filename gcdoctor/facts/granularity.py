@@ -1,4 +1,4 @@
-"""Facts of the granularity probe and of the device launch-cost microbenchmark (issue 5).
+"""Facts of the granularity probe and of the device launch-cost microbenchmark.
 
 No torch here. Every number has its unit in its name; a value that was not measured is None and
 the reason is in `Facts.unavailable` under "granularity.<field>" (or "granularity.launch.<field>").
@@ -71,12 +71,6 @@ class LaunchCost:
     seconds: float | None = None  # wall time of the whole microbenchmark
     notes: list[str] = field(default_factory=list)
 
-    def region_cost_us(self, forward_ops: float) -> float | None:
-        """Host cost of one region that runs `forward_ops` ops in its forward (the fitted line)."""
-        if self.region_fixed_us is None or self.region_per_op_us is None:
-            return None
-        return self.region_fixed_us + self.region_per_op_us * forward_ops
-
 
 @dataclass
 class LaunchEmulation:
@@ -97,10 +91,6 @@ class LaunchEmulation:
     native: LaunchCost | None = None  # the microbenchmarks before the emulation was turned on
     readback_extra_us: float | None = None  # launch.launch_us - native.launch_us, measured
     notes: list[str] = field(default_factory=list)
-
-    @property
-    def readback_error_us(self) -> float | None:
-        return None if self.readback_extra_us is None else self.readback_extra_us - self.target_us
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Facts of the jitter probe (issue 7): losses and first-step gradients of training runs that
+"""Facts of the jitter probe: losses and first-step gradients of training runs that
 differ only in checkpointing (and, for the controls, dropout, RNG preservation or deterministic
 algorithms), and their differences from a reference run.
 

@@ -1,8 +1,8 @@
-"""Facts of the analytic memory model's predictions (issue 11).
+"""Facts of the analytic memory model's predictions.
 
 The session stores one `PredictedPoint` per (variant, batch) it measures, next to the
 measurement, so a report can show predicted vs measured and a rule can say what
-checkpointing should have saved. Built by `gcdoctor.memory.memory_model_facts`.
+checkpointing should have saved. Built by `gcdoctor.fitting.memory_model_facts`.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Facts of the offload probe (issue 6): checkpointing combined with CPU offload, variant by variant.
+"""Facts of the offload probe: checkpointing combined with CPU offload, variant by variant.
 
 No torch here. Each variant row holds its Measurement (median step, phases, peaks, telemetry
 summary over the measured steps) and the numbers derived from it and from the trace of its two

@@ -27,10 +27,6 @@ class OomInfo:
     source: str = ""  # allocator | message | allocator+message
     message: str = ""  # the error's first line, as raised
 
-    @property
-    def fragmentation(self) -> bool:
-        return self.kind in ("fragmentation", "mixed")
-
 
 @dataclass
 class Measurement:

@@ -188,7 +188,7 @@ class WatchFacts:
     def peak_phase(self) -> str | None:
         """The phase of the largest peak over all steps."""
         best = max((s for s in self.steps if s.peak_allocated_bytes is not None and s.peak_phase),
-                   key=lambda s: s.peak_allocated_bytes, default=None)
+                   key=lambda s: s.peak_allocated_bytes or 0, default=None)
         return best.peak_phase if best else None
 
     def settings_text(self) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gcdoctor.engine import Verdict
+from gcdoctor.types import Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.report.json_report import render_json
 from gcdoctor.report.markdown import render_markdown

@@ -1,6 +1,6 @@
 """The bottom line: the answer to "is checkpointing doing what I think, and what should I change?" in
 at most 12 lines of 80 columns, the same in the console summary, report.md, report.html's first screen
-and the TUI's verdict panel (DESIGN.md, "What the user reads first").
+and the TUI's verdict panel.
 
 In order: the prescription (the recipe: the first row after the title, and never the row that is
 cut), what stopped the run from being complete (a crashed probe, a rule that raised, an
@@ -107,9 +107,8 @@ def problems_of(facts: Facts) -> list[str]:
         out.append("the run was interrupted: the verdicts judge what was measured before it stopped")
     if st.error:
         out.append(f"the run ended with an error: {st.error}")
-    for name, reason in sorted(facts.unavailable.items()):
-        if "." not in name and reason.startswith("probe failed"):
-            out.append(f"probe {name} crashed ({reason[len('probe failed: '):]}): its verdicts are missing")
+    for name, error in sorted(facts.failed_probes.items()):
+        out.append(f"probe {name} crashed ({error}): its verdicts are missing")
     return out
 
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gcdoctor.engine import SEVERITY_ORDER, Verdict, evaluate
+from gcdoctor.engine import evaluate
+from gcdoctor.types import SEVERITIES, Verdict, severity_rank
 from gcdoctor.errors import UserError
 from gcdoctor.facts import Facts
 from gcdoctor.report.html_parts import Raw, figure, figures, kv, section, table
@@ -22,7 +23,7 @@ from gcdoctor.report.model import GIB, MIB, change, format_with_unit
 from gcdoctor.report import sections as report_sections
 from gcdoctor.report.svg import Series, color_for, esc, line_plot
 
-MARK = {"error": "err", "critical": "crit", "warning": "warn", "info": "note", "ok": "ok", "inconclusive": "?"}
+MARK = {s.name: s.mark for s in SEVERITIES}
 
 
 @dataclass
@@ -215,7 +216,7 @@ def verdict_changes(a: list[Verdict], b: list[Verdict]) -> list[VerdictChange]:
         out.append(VerdictChange(kind, key[0], key[1], va, vb))
     order = {"appeared": 0, "severity": 1, "disappeared": 2, "changed": 3, "not-measured": 4, "new-measured": 5,
              "status": 6, "same": 7}
-    return sorted(out, key=lambda c: (order[c.kind], SEVERITY_ORDER.get(_state(c.b if c.b else c.a), 9), c.code))
+    return sorted(out, key=lambda c: (order[c.kind], severity_rank(_state(c.b if c.b else c.a)), c.code))
 
 
 KIND_TEXT = {"appeared": "appeared in B", "disappeared": "gone in B", "severity": "changed severity",

@@ -7,15 +7,15 @@ import shutil
 import sys
 import textwrap
 
-from gcdoctor.engine import EXPERIMENT, SEVERITY_ORDER, Verdict
+from gcdoctor.types import EXPERIMENT, Verdict, verdict_order
 from gcdoctor.facts import Facts
+from gcdoctor.experiments import EXPERIMENTS
 from gcdoctor.report.bottom_line import MARK, PRESCRIPTION, WIDTH, bottom_line_for
 from gcdoctor.report.format import term_safe, text_table
 from gcdoctor.report.model import format_value
 from gcdoctor.report.sections.sweep import sweep_rows
 
-TOPIC_TITLE = {"granularity": "granularity", "offload": "offload", "jitter": "loss jitter", "launch": "launch cost",
-               "trace": "trace", "sweep": "batch sweep", "memory": "memory"}
+TOPIC_TITLE = {**{e.name: e.title for e in EXPERIMENTS}, "launch": "launch cost", "trace": "trace", "memory": "memory"}
 
 
 def output_width(stream=None) -> int:
@@ -68,7 +68,7 @@ def summary(facts: Facts, verdicts: list[Verdict], report_path: str | None = Non
     if experiments:
         lines += ["", "Experiments: what the probes' variants showed about this device"]
         by_topic: dict[str, list[Verdict]] = {}
-        for v in sorted(experiments, key=lambda v: (SEVERITY_ORDER.get(v.severity, 9), v.code, v.subject)):
+        for v in sorted(experiments, key=verdict_order):
             by_topic.setdefault(v.topic or "other", []).append(v)
         for topic, vs in by_topic.items():
             lines.append(f"  {TOPIC_TITLE.get(topic, topic)}:")

@@ -10,14 +10,6 @@ def gib(n: float | int | None, digits: int = 2) -> str:
     return "—" if n is None else f"{n / GIB:.{digits}f}"
 
 
-def num(x: float | int | None, digits: int = 1, suffix: str = "") -> str:
-    if x is None:
-        return "—"
-    if isinstance(x, int):
-        return f"{x:,}{suffix}"
-    return f"{x:,.{digits}f}{suffix}"
-
-
 def pct(x: float | None, digits: int = 0) -> str:
     return "—" if x is None else f"{x:+.{digits}f}%"
 
@@ -52,12 +44,6 @@ def term_safe(text: object) -> str:
 
 
 term_escape = term_safe  # the name the platform code used first
-
-
-def file_name(text: object, limit: int = 80) -> str:
-    """Text for a file-name component: gcdoctor.rundir.safe_name (no separators, quotes or controls)."""
-    from gcdoctor.rundir import safe_name
-    return safe_name(str(text), limit)
 
 
 def md_fence(text: str, info: str = "") -> str:

@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable
 
-from gcdoctor.engine import EXPERIMENT, Evidence, Verdict
+from gcdoctor.types import EXPERIMENT, SEVERITIES, Evidence, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.report.bottom_line import PRESCRIPTION, bottom_line_for
 from gcdoctor.report.html_parts import Raw, details, figure, figures, kv, para, section, table
@@ -24,8 +24,7 @@ from gcdoctor.report.sections import present
 from gcdoctor.report.svg import esc
 from gcdoctor.report.verdicts import configuration_findings, counts, environment_rows, sort_key
 
-SEVERITY_WORD = {"error": "ERROR", "critical": "CRITICAL", "warning": "WARNING", "info": "NOTE", "ok": "OK",
-                 "inconclusive": "?"}
+SEVERITY_WORD = {s.name: s.badge for s in SEVERITIES}
 
 
 @dataclass
@@ -129,7 +128,8 @@ def section_html(s: Section, ctx: RenderContext) -> str:
 
 
 def _sections(ctx: RenderContext) -> list[str]:
-    out, topics = [], set()
+    out: list[str] = []
+    topics: set[str] = set()
     for s in present(ctx.facts):
         out.append(section_html(s, ctx))
         topics.update(s.topics)
@@ -161,13 +161,12 @@ def environment_section(ctx: RenderContext) -> str:
 # The page, in order.
 SECTIONS: list[Callable[[RenderContext], str | list[str]]] = [bottom_line, _sections, rules_section,
                                                                environment_section]
-WORDS = {"error": "error", "critical": "critical", "warning": "warning", "info": "note", "ok": "passed",
-         "inconclusive": "could not run"}
+WORDS = {s.name: s.word for s in SEVERITIES}
 
 
 def _chips(c: dict[str, int]) -> str:
     return "".join(f'<span class="count {k}">{c[k]} {WORDS[k]}</span>'
-                   for k in ("error", "critical", "warning", "info", "ok", "inconclusive") if c.get(k))
+                   for k in WORDS if c.get(k))
 
 
 def _header(ctx: RenderContext) -> str:

@@ -72,14 +72,6 @@ def para(text: str, css: str = "") -> Raw:
     return Raw(f"<p{cls}>{esc(text)}</p>") if text else Raw("")
 
 
-def bullets(items: Iterable[str], css: str = "") -> Raw:
-    items = [i for i in items if i]
-    if not items:
-        return Raw("")
-    cls = f' class="{esc(css)}"' if css else ""
-    return Raw(f"<ul{cls}>" + "".join(f"<li>{esc(i)}</li>" for i in items) + "</ul>")
-
-
 def details(summary: str, *parts: str) -> Raw:
     body = "".join(p for p in parts if p)
     return Raw(f"<details><summary>{esc(summary)}</summary>{body}</details>") if body else Raw("")

@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from gcdoctor.engine import Verdict
+from gcdoctor.types import Verdict
 from gcdoctor.facts import Facts
 
 REPORT_SCHEMA = "gcdoctor.report/2"

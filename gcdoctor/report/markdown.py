@@ -3,7 +3,7 @@ the report model with its verdicts, then the rules that passed or could not run 
 It renders whatever `gcdoctor.report.sections.SECTIONS` holds; it never judges."""
 from __future__ import annotations
 
-from gcdoctor.engine import EXPERIMENT, Verdict
+from gcdoctor.types import EXPERIMENT, SEVERITIES, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.report.bottom_line import PRESCRIPTION, bottom_line_text
 from gcdoctor.report.format import md_fence, md_table, term_safe
@@ -11,8 +11,7 @@ from gcdoctor.report.model import Section, Table, drop_empty_columns, format_val
 from gcdoctor.report.sections import present
 from gcdoctor.report.verdicts import by_topic, configuration_findings, environment_rows, sort_key
 
-SEVERITY_MARK = {"error": "ERROR", "critical": "CRITICAL", "warning": "WARNING", "info": "note", "ok": "ok",
-                 "inconclusive": "?"}
+SEVERITY_MARK = {s.name: s.label for s in SEVERITIES}
 
 
 def md_text(text: str) -> str:

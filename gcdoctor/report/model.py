@@ -1,5 +1,4 @@
-"""The report model: a declarative table of sections that every writer reads (DESIGN.md, "One report
-model").
+"""The report model: a declarative table of sections that every writer reads.
 
 A `Section` says which facts it shows: its headline numbers (`keys`), its tables (typed columns with
 units, rows computed from the facts), its plots (HTML only) and which verdicts belong to it (by
@@ -169,10 +168,6 @@ def change(a: Any, b: Any, unit: str) -> str:
     if a == 0:
         return "differs"
     return f"{b / a:.2f}x"
-
-
-def rendered_rows(t: Table, facts: Facts) -> list[list[str]]:
-    return [[format_value(v, c.unit) for v, c in zip(row, t.columns)] for row in t.rows(facts)]
 
 
 def drop_empty_columns(t: Table, rows: list[list[Any]]) -> tuple[list[Column], list[list[Any]]]:

@@ -86,7 +86,8 @@ def _field_comments(cls: type) -> dict[str, str]:
         if i in comments and i in code_lines:
             out[m.group(1)] = comments[i]
             continue
-        above, j = [], i - 1
+        above: list[str] = []
+        j = i - 1
         while j in comments and j not in code_lines:
             above.insert(0, comments[j])
             j -= 1
@@ -143,7 +144,7 @@ def class_table(cls: type) -> str:
 
 def render_reference() -> str:
     """The generated reference: verdicts, then every facts class reachable from Facts."""
-    from gcdoctor.engine import Verdict
+    from gcdoctor.types import Verdict
     from gcdoctor.facts import Facts
 
     parts = ["## Verdicts\n"] + [class_table(c) for c in classes([Verdict])]

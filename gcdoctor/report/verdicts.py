@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from gcdoctor.engine import EXPERIMENT, SEVERITY_ORDER, Verdict
+from gcdoctor.types import EXPERIMENT, Verdict, verdict_order
 from gcdoctor.facts import Facts
 from gcdoctor.report.bottom_line import PRESCRIPTION
 from gcdoctor.report.model import format_value
 
 
-def sort_key(v: Verdict) -> tuple:
-    return (SEVERITY_ORDER.get(v.severity, 9), v.code, v.subject)
+sort_key = verdict_order
 
 
 def configuration_findings(verdicts: list[Verdict]) -> list[Verdict]:

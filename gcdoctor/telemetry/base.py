@@ -124,7 +124,7 @@ class Source:
         """What this tick must take from the device or OS, now, with as little work as possible.
 
         The sampler calls it at every tick and hands the result to `read(captured)` later, in a
-        batch (issue 4: decoding at the tick, with the caches cold from sleeping, cost several
+        batch (decoding at the tick, with the caches cold from sleeping, cost several
         times more). Everything that depends on *when* it is read belongs here, so read(captured)
         is a function of the captures, in order. The default reads every value now (a dict);
         sources with raw counters (NVML, psutil) override it with a cheaper raw capture.

@@ -12,7 +12,7 @@ whole process) when watching ourselves, which has no such granularity.
 
 The source reads the CPU times at `slow_hz` (5 Hz by default: every 4th tick of a 20 Hz
 sampler) and the memory figures (RSS, host memory) at about 1 Hz, repeating the last values in
-between (issue 4: a full psutil read costs ~0.14 ms of CPU on the H200 host, half of it the
+between (a full psutil read costs ~0.14 ms of CPU on the H200 host, half of it the
 /proc/meminfo parse). CPU shares over 200 ms windows still show a core saturated during an
 optimizer step of hundreds of ms; RSS and host memory change slowly. A read right after
 `reset` has no interval to measure CPU shares over: they are missing there (never 0), and every

@@ -20,7 +20,7 @@ and meanings of the counters (REFERENCES.md section 6, NVML API reference):
   `nvmlDeviceGetPowerUsage`, which is a 1 s average on recent GPUs (Ampere and newer).
 - Throttle: `nvmlDeviceGetCurrentClocksEventReasons` (older drivers/bindings: ...ThrottleReasons).
 
-Slow series (issue 4): utilisation, SM clock, throttle reasons and the averaged power usage are
+Slow series: utilisation, SM clock, throttle reasons and the averaged power usage are
 read every Nth tick only (`slow_hz`, 5 Hz by default: every 4th tick at 20 Hz), memory used about
 once a second, and held in between. NVML's utilisation is itself a share of a 1/6 s to 1 s period
 (REFERENCES.md section 6), so reading it at 20 Hz only repeated values; memory and clocks change
@@ -32,7 +32,7 @@ calls on their ticks); decoding, unwrapping the counters and computing rates hap
 NVML is thread-safe (NVML API reference, "Initialization and Cleanup"), so the sampler and
 the PCIe poller may call it at the same time.
 
-Cost (issue 4, measured on an H200, driver 580.159): with a 50 Hz poller thread beside the 20 Hz
+Cost (measured on an H200, driver 580.159): with a 50 Hz poller thread beside the 20 Hz
 sampler the telemetry cost 5.8% of one core, 4.4 of it in the poller: every wake-up of a
 Python thread costs far more CPU than the NVML call it makes. Hence one thread, one field-values
 call per device per tick, and a field-value array built once (`FieldReader`).
@@ -680,7 +680,7 @@ class NvmlSource(Source):
         the PCIe rates come from a poller thread, those rates as of now.
 
         Most ticks are only the field-values calls: kept to a few lines, since every line run
-        after a wake-up from sleep costs a cache miss or more (issue 4)."""
+        after a wake-up from sleep costs a cache miss or more."""
         slow, mem = self._schedule.next()
         t = self._clock()
         raws: list[Any] = []

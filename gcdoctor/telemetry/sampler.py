@@ -8,7 +8,7 @@ window), so a window takes the samples with t0 < t <= t1: adjacent steps never s
 Data are kept in a ring buffer of `buffer_seconds`; pass `stream_path` to also append every
 sample to a CSV file as it is taken, so an interrupted run keeps the full series.
 
-Cost (issue 4): each tick only takes the clocks and each source's `capture()` (on NVIDIA, the
+Cost: each tick only takes the clocks and each source's `capture()` (on NVIDIA, the
 one field-values call for the PCIe byte counters and instant power, whose bytes are copied, and
 the slow calls on their ticks). Decoding, unwrapping, storing, streaming and `on_sample` run
 once per `batch_s` (1 s) for all the ticks since: a Python thread woken from sleep runs with cold
@@ -366,18 +366,6 @@ class TelemetrySampler:
             w.writerow(_csv_row(t, data["wall"][i], [data[s][i] for s in self.series]))
         from gcdoctor.atomic import atomic_write_text
         atomic_write_text(path, buf.getvalue())
-        self.path = str(path)
-        return self.path
-
-    def write_parquet(self, path: str | Path) -> str:
-        """Same table as write_csv, as parquet; needs pyarrow (raises ImportError without it)."""
-        import pyarrow as pa  # noqa: PLC0415 - optional
-        import pyarrow.parquet as pq  # noqa: PLC0415
-
-        data = self.samples()
-        table = pa.table({"t_monotonic_s": data["t"], "wall_time_s": data["wall"],
-                          **{s: pa.array(data[s], type=pa.float64()) for s in self.series}})
-        pq.write_table(table, str(path))
         self.path = str(path)
         return self.path
 

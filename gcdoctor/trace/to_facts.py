@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gcdoctor import __version__, hardware
+from gcdoctor.experiments import EXPERIMENTS
 from gcdoctor.facts import Environment, Facts
 from gcdoctor.trace.load import load_trace
 from gcdoctor.trace.metrics import compute_metrics, primary_device
@@ -22,9 +23,7 @@ NOT_IN_A_TRACE = {
     "memory_model": _BARE.format(what="analytic memory model (it does not say which model ran)"),
     "profiler_overhead": _BARE.format(what="unprofiled step time to compare with"),
     "telemetry": _BARE.format(what="device, PCIe or CPU telemetry"),
-    "granularity": _BARE.format(what="checkpoint-granularity comparison"),
-    "offload": _BARE.format(what="offload on/off comparison"),
-    "jitter": _BARE.format(what="loss comparison with and without checkpointing"),
+    **{e.facts: _BARE.format(what=e.bare_trace) for e in EXPERIMENTS if e.bare_trace and e.facts != "sweep"},
     "watch": _BARE.format(what="live watch of a training job"),
 }
 

@@ -19,7 +19,8 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable, TextIO
 
-from gcdoctor.engine import Verdict, evaluate
+from gcdoctor.engine import evaluate
+from gcdoctor.types import SEVERITY, Verdict
 from gcdoctor.errors import UserError
 from gcdoctor.events import EventBus, LogMessage, RunFinished, RunStarted, TelemetrySampled, VerdictIssued
 from gcdoctor.facts import Environment, Facts, RunSettings
@@ -251,7 +252,7 @@ class MonitorPrinter:
                 self._line(f"gcdoctor monitor: {what}; {ev.settings.get('rate_hz'):g} Hz; recording to {ev.run_dir}")
             elif isinstance(ev, VerdictIssued):
                 v = ev.verdict
-                mark = {"critical": "!!", "warning": "! ", "info": "i ", "ok": "ok"}.get(v.get("severity"), "  ")
+                mark = SEVERITY[v["severity"]].console if v.get("severity") in SEVERITY else "  "
                 self._line(f"[{mark}] {v.get('code')} {v.get('headline')}")
             elif isinstance(ev, LogMessage):
                 self._line(ev.text if ev.level == "info" else f"{ev.level}: {ev.text}")

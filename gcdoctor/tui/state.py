@@ -11,12 +11,11 @@ import statistics
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from gcdoctor.events import (LogMessage, MeasurementRecorded, ProbeFinished, ProbeStarted, Progress, RunFinished,
                              RunStarted, StepMeasured, TelemetrySampled, VerdictIssued)
-
-SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2, "ok": 3, "inconclusive": 4}
+from gcdoctor.types import SEVERITY_ORDER
 
 
 class TelemetryHistory:
@@ -198,12 +197,6 @@ class DashboardState:
         handler = getattr(self, f"_on_{type(ev).__name__}", None)
         return handler(ev) if handler else set()
 
-    def apply_all(self, events: Iterable[Any]) -> set[str]:
-        changed: set[str] = set()
-        for ev in events:
-            changed |= self.apply(ev)
-        return changed
-
     def _on_RunStarted(self, ev: RunStarted) -> set[str]:
         self.run_dir, self.command = ev.run_dir, ev.command
         self.settings, self.environment = dict(ev.settings), dict(ev.environment)
@@ -310,7 +303,7 @@ class DashboardState:
     # -- reading -------------------------------------------------------------------------------
     def bottom_line(self, width: int) -> list:
         """The bottom line of what was received so far, `width` columns wide (the report's rows)."""
-        from gcdoctor.engine import Verdict
+        from gcdoctor.types import Verdict
         from gcdoctor.report.bottom_line import bottom_line, title_from_settings
         verdicts = []
         for e in self.verdicts.values():

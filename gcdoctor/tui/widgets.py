@@ -11,14 +11,13 @@ from textual.widget import Widget
 from textual.widgets import DataTable, OptionList, RichLog
 from textual.widgets.option_list import Option
 
-from gcdoctor.engine import Evidence
+from gcdoctor.types import SEVERITIES, Evidence
 from gcdoctor.tui.gauges import GaugeRow
 from gcdoctor.tui.render import bar, fmt_cell, fmt_ms, fmt_seconds, sparkline
 from gcdoctor.tui.state import DashboardState, LogLine, VerdictEntry
 
-SEVERITY_STYLE = {"critical": "bold $text-error", "warning": "bold $text-warning", "info": "$text-primary",
-                  "ok": "$text-success", "inconclusive": "dim"}
-SEVERITY_ICON = {"critical": "✖", "warning": "▲", "info": "●", "ok": "✔", "inconclusive": "?"}
+SEVERITY_STYLE = {s.name: s.style for s in SEVERITIES}
+SEVERITY_ICON = {s.name: s.icon for s in SEVERITIES}
 LOG_STYLE = {"warning": "text-warning", "error": "text-error"}
 BOTTOM_STYLE = {"err": "bold $text-error", "crit": "bold $text-error", "warn": "bold $text-warning",
                 "stop": "bold $text-error", "ok": "$text-success", "use": "bold $text-primary", "dev": "$text-primary",

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 from gcdoctor.facts import Facts, SweepFacts
+from gcdoctor.facts.views import EqualBatch
 from gcdoctor.report.model import GIB, MIB, Column, Key, Section, Table, format_value
 from gcdoctor.report.svg import HLine, Mark, Series, color_for, line_plot
 
@@ -55,12 +56,13 @@ def _keys(facts: Facts) -> list[Key]:
             out.append(Key("step-ms-no_gc", "step time without checkpointing", m_off.step_ms_median, "ms"))
             out.append(Key("step-ms-gc", "step time with checkpointing", m_on.step_ms_median, "ms"))
             out.append(Key("overhead", "checkpointing's step-time overhead",
-                           100 * (m_on.step_ms_median / m_off.step_ms_median - 1), "pct+"))
+                           EqualBatch(b, m_off, m_on).overhead_pct, "pct+"))
         a_off, a_on = m_off.activation_peak_bytes, m_on.activation_peak_bytes
         if a_off and a_on is not None:
             out.append(Key("activations-no_gc", "activation memory without checkpointing", a_off, "bytes"))
             out.append(Key("activations-gc", "activation memory with checkpointing", a_on, "bytes"))
-            out.append(Key("activation-saving", "activation memory saved", 100 * (1 - a_on / a_off), "pct"))
+            out.append(Key("activation-saving", "activation memory saved", EqualBatch(b, m_off, m_on).activation_saving_pct,
+                           "pct"))
         if m_off.peak_allocated_bytes and m_on.peak_allocated_bytes is not None:
             out.append(Key("peak-saving", "total peak saved", 100 * (1 - m_on.peak_allocated_bytes
                                                                      / m_off.peak_allocated_bytes), "pct"))
