@@ -178,7 +178,9 @@ def test_regressions(tmp_path, case, decoder):
 
 def test_decimal_durations_are_exact(tmp_path):
     p = tmp_path / "t.json"
-    p.write_text(_dump(_with(dict(KERNEL, ts=12345.0, dur=0.001))).replace("12345.0", "17592186044416.001"))
+    # a trace living at 2^44 us (every event: one far from the others is dropped as outside the span)
+    p.write_text(_dump({"traceEvents": [dict(KERNEL, ts=12345.0, dur=0.001), dict(KERNEL, ts=23456.0, dur=2.0)]})
+                 .replace("12345.0", "17592186044416.001").replace("23456.0", "17592186044417.5"))
     t = load_trace(p)
-    row = int(np.argmax(t.ops.start_ns))
+    row = int(np.argmin(t.ops.start_ns))
     assert int(t.ops.start_ns[row]) == int(Decimal(2**44) * 1000) + 1 and int(t.ops.dur_ns[row]) == 1
