@@ -504,8 +504,8 @@ def _sigterm(signum: int, frame: Any) -> None:
 
 
 def _late_signals_exit_130() -> None:
-    """After the command's work: a Ctrl-C or SIGTERM while the interpreter shuts down (torch's and
-    the threads' teardown can take seconds) still ends with 130, not -2 or -15."""
+    """After the command's work (entry): a Ctrl-C or SIGTERM until the process has left ends it
+    with 130, not -2 or -15."""
     def bye(signum: int, frame: Any) -> None:
         try:
             sys.stdout.flush()
@@ -557,15 +557,12 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _sigterm)
         from gcdoctor.rundir import forget_current
         forget_current()
-        code = COMMANDS[args.command](args)
-        _late_signals_exit_130()
-        return code
+        return COMMANDS[args.command](args)
     except UserError as exc:
         if os.environ.get("RANK", "0") == "0":  # under a distributed launch rank 0 says it once
             print(f"gcdoctor: error: {_term(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        _late_signals_exit_130()
         print("gcdoctor: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
@@ -578,18 +575,47 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """The `gcdoctor` command: main(), then the exit. An interrupted run has written everything by
-    then; it leaves at once, without the interpreter's teardown (torch's and the threads' can take
-    seconds), where a late Ctrl-C or SIGTERM would find Python's handlers gone and kill it with -2."""
-    code = main()
-    if code == EXIT_INTERRUPTED:
-        for stream in (sys.stdout, sys.stderr):
+    """The `gcdoctor` command: main(), then the exit, by the exit-code contract on every path out.
+
+    SIGTERM is a Ctrl-C from the first line on. Once main() has returned, a SIGINT or SIGTERM ends
+    the process with 130 at once (docs/exit-codes.md): the late handlers stay in place to the very
+    end, because the process leaves without the interpreter's teardown (threads are joined and the
+    atexit functions run first). That teardown (torch's, the threads') can take seconds, and in its
+    last part Python has put the default handlers back, where a late signal would kill it with -2."""
+    code = EXIT_INTERRUPTED
+    try:
+        signal.signal(signal.SIGTERM, _sigterm)
+        code = main()
+    except KeyboardInterrupt:  # a signal inside main()'s own error handling
+        code = EXIT_INTERRUPTED
+    finally:
+        while True:  # a signal in this very window is one more interruption
             try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)
-    sys.exit(code)
+                _late_signals_exit_130()
+                break
+            except KeyboardInterrupt:
+                code = EXIT_INTERRUPTED
+    _leave(code)
+
+
+def _leave(code: int) -> NoReturn:
+    """Exit with `code` as the interpreter would (threads joined, atexit run, output flushed), but
+    without its teardown, so that the late-signal handlers hold to the end."""
+    import atexit
+    import threading
+    try:
+        shutdown = getattr(threading, "_shutdown", None)
+        if shutdown is not None:
+            shutdown()  # joins non-daemon threads and runs threading's exit hooks, as Py_Finalize does
+        atexit._run_exitfuncs()
+    except Exception:  # noqa: BLE001 - an exit hook that fails must not change the exit code
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 # what each optional package is for, for a one-line error when it is missing
