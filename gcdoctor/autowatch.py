@@ -173,6 +173,9 @@ def run_watch(args: Any) -> int:
     if hz < 0 or hz > 1000:
         raise UserError(f"--telemetry-hz {hz:g}: use a rate between 0 (off) and 1000 Hz")
     out = Path(args.out) if args.out else default_run_dir("watch", Path(cmd[-1]).stem if cmd else None)
+    if args.out:
+        from gcdoctor.rundir import prepare_run_dir
+        prepare_run_dir(out, getattr(args, "force", False))
     out = out.resolve()
     site = write_site(out.parent / f".{out.name}-site")
     env = dict(os.environ)

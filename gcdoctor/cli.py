@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 from gcdoctor.config import (RunConfig, load_toml, parse_batch_sizes, parse_probes, parse_size, parse_threshold,
                              validate_thresholds)
 from gcdoctor.errors import (EXIT_FAIL_ON, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE,
-                             UserError)
+                             IncompleteRun, UserError)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -73,6 +73,11 @@ def _add_fail_on(p: argparse.ArgumentParser) -> None:
                    help="--fail-on also judges the probes' experiment verdicts (variants gcdoctor tried)")
 
 
+def _add_force(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--force", action="store_true",
+                   help="--out names a finished run's directory: empty it first (without it, refused)")
+
+
 def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="embedded model name (see `gcdoctor models`) or a path to a config.json "
                                    "(default: llama3-8b on a GPU, tiny-llama on the CPU)")
@@ -107,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="record a memory snapshot at the sweep's peak point (open at pytorch.org/memory_viz)")
     d.add_argument("--telemetry-hz", type=_finite(), help="telemetry sampling rate (default 20)")
     d.add_argument("--out", help="run directory (default: a new folder under ./gcdoctor-runs/)")
+    _add_force(d)
     d.add_argument("--config", help="TOML file with [run] settings and [thresholds.RULE] overrides")
     d.add_argument("--threshold", action="append", default=[], help="override a rule threshold: GC001.max_overhead_pct=40")
     d.add_argument("--no-tui", action="store_true", help="plain console output instead of the live TUI")
@@ -124,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("analyze", help="re-judge a recorded run directory or a profiler trace file")
     a.add_argument("path", help="a gcdoctor run directory, or a torch.profiler trace (.json or .json.gz)")
     a.add_argument("--out", help="where to write the reports (default: a new folder under ./gcdoctor-runs/)")
+    _add_force(a)
     a.add_argument("--config", help="TOML file with [thresholds.RULE] overrides")
     a.add_argument("--threshold", action="append", default=[])
     _add_fail_on(a)
@@ -153,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     mo.add_argument("--gpu", type=_positive_or_zero, help="only this GPU index (default: all)")
     mo.add_argument("--run", help="follow a run directory written by gcdoctor.watch / diagnose")
     mo.add_argument("--out", help="run directory to record to (default: a new folder under ./gcdoctor-runs/)")
+    _add_force(mo)
     # 20 Hz, not less: NVIDIA's 32-bit PCIe byte counters are then read in the sampler's own tick;
     # a slower sampler needs a 50 Hz poller thread for them, which costs about twice the CPU
     mo.add_argument("--telemetry-hz", type=_finite(), default=20.0,
@@ -163,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     w = sub.add_parser("watch", help="watch an unmodified training script: gcdoctor watch -- python train.py ...")
     w.add_argument("--out", help="run directory (default: a new folder under ./gcdoctor-runs/)")
+    _add_force(w)
     w.add_argument("--profile-steps", help="steps to profile, comma-separated (default 5,6)")
     w.add_argument("--telemetry-hz", type=float, help="telemetry sampling rate, 0 = off (default 20)")
     w.add_argument("--ranks", choices=["all", "0"], default="all",
@@ -222,15 +231,18 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         kw["memory_snapshot"] = True
     if getattr(args, "no_reshard", False):
         kw["reshard_after_forward"] = False
+    if getattr(args, "force", False):
+        kw["force"] = True
     kw["thresholds"] = th
     kw["tui"] = False if getattr(args, "no_tui", False) else None
     return RunConfig(**kw)
 
 
-def incomplete_reasons(facts: Any, verdicts: list, live: bool = True) -> list[str]:
+def incomplete_reasons(facts: Any, verdicts: list, live: bool = True, in_progress: str | None = None) -> list[str]:
     """Why a run is incomplete (exit code 3): a probe that failed, a rule that crashed, a crash,
-    a diagnose run with no recorded end (killed: SIGKILL, power loss) and, re-judged later
-    (`live` False), a run that was interrupted."""
+    a diagnose run with no recorded end (killed: SIGKILL, power loss; or, `in_progress` the pid
+    that holds its lock, still running) and, re-judged later (`live` False), a run that was
+    interrupted."""
     reasons = [f"{k}: {v}" for k, v in facts.unavailable.items() if str(v).startswith("probe failed")]
     reasons += [f"rule {v.code} crashed" for v in verdicts if v.status == "error"]
     st = facts.settings
@@ -238,25 +250,27 @@ def incomplete_reasons(facts: Any, verdicts: list, live: bool = True) -> list[st
         reasons.append(f"the run crashed: {st.error}")
     elif st.interrupted and not live:
         reasons.append("the run was interrupted: its results are partial")
+    elif in_progress is not None and not st.finished_at:
+        reasons.append(f"the run is still in progress (pid {in_progress}): judged on what it has measured so far")
     elif st.command == "diagnose" and st.started_at and not st.finished_at and not st.interrupted:
         reasons.append("the run has no recorded end (it was killed before it finished): its results are partial")
     return reasons
 
 
 def run_exit_code(facts: Any, verdicts: list, fail_on: str | None, include_experiments: bool,
-                  live: bool = True) -> int:
+                  live: bool = True, in_progress: str | None = None) -> int:
     """The exit-code contract for a judged run (gcdoctor.errors): 130 > 3 > 1 > 0. `live`: the run
     happened in this process (diagnose), so its interruption is this command's."""
     from gcdoctor.engine import failing
     if live and facts.settings.interrupted:
         return EXIT_INTERRUPTED
-    if incomplete_reasons(facts, verdicts, live):
+    if incomplete_reasons(facts, verdicts, live, in_progress):
         return EXIT_INCOMPLETE
     return EXIT_FAIL_ON if failing(verdicts, fail_on, include_experiments) else EXIT_OK
 
 
-def _say_incomplete(facts: Any, verdicts: list, live: bool = True) -> None:
-    for why in incomplete_reasons(facts, verdicts, live):
+def _say_incomplete(facts: Any, verdicts: list, live: bool = True, in_progress: str | None = None) -> None:
+    for why in incomplete_reasons(facts, verdicts, live, in_progress):
         print(f"gcdoctor: incomplete: {_term(why)}", file=sys.stderr)
 
 
@@ -320,6 +334,15 @@ def load_recorded(path: Path) -> Any:
         if rank_dirs(path):  # a distributed watched run: rank-<r> run directories
             from gcdoctor.ranks import merge_ranks
             return merge_ranks(path)
+        from gcdoctor.rundir import LOCK_NAME, live_owner
+        if any((path / m).exists() for m in (LOCK_NAME, "events.jsonl", "config.json")):  # a run, not traces
+            from gcdoctor.errors import IncompleteRun
+            owner = live_owner(path)
+            if owner is not None:
+                raise IncompleteRun(f"{path}: a gcdoctor run still starting (pid {owner}): no facts.json yet, "
+                                    "nothing measured to judge; analyze it once it has measured something")
+            raise IncompleteRun(f"{path}: a gcdoctor run directory without facts.json: the run was killed before "
+                                "it measured anything (its gcdoctor.log and events.jsonl say how far it got)")
         # a folder of per-rank traces (torch's tensorboard_trace_handler, HTA's layout)
         from gcdoctor.trace.ranks import facts_from_trace_dir
         return facts_from_trace_dir(path)
@@ -341,13 +364,19 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from gcdoctor.report import write_reports
     from gcdoctor.report.console import summary
     from gcdoctor.report.json_report import render_json
-    from gcdoctor.rundir import RunDirectory, default_run_dir
+    from gcdoctor.rundir import RunDirectory, default_run_dir, prepare_run_dir
 
+    from gcdoctor.rundir import live_owner
     _, th = _thresholds(args)
     path = Path(args.path)
     facts = load_recorded(path)
+    owner = live_owner(path) if path.is_dir() else None
     verdicts = evaluate(facts, overrides=th)
     out = Path(args.out) if args.out else default_run_dir("analyze", path.stem.split(".")[0])
+    if args.out:
+        if _same_place(out, path):
+            raise UserError(f"--out {out}: is the run being analyzed; choose another directory")
+        prepare_run_dir(out, args.force)
     rundir = RunDirectory(out, events=False)
     try:
         try:
@@ -363,8 +392,15 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         _print_json(data)
     else:
         print(summary(facts, verdicts, str(report)))
-    _say_incomplete(facts, verdicts, live=False)
-    return run_exit_code(facts, verdicts, args.fail_on, args.fail_on_experiments, live=False)
+    _say_incomplete(facts, verdicts, live=False, in_progress=owner)
+    return run_exit_code(facts, verdicts, args.fail_on, args.fail_on_experiments, live=False, in_progress=owner)
+
+
+def _same_place(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and a.resolve() == b.resolve()
+    except OSError:
+        return False
 
 
 def _rule_dict(rule: Any, doc: bool = False) -> dict[str, Any]:
@@ -447,6 +483,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_monitor(args: argparse.Namespace) -> int:
+    if args.out:
+        from gcdoctor.rundir import prepare_run_dir
+        prepare_run_dir(args.out, args.force)
     from gcdoctor.tui.monitor import run_monitor
     return run_monitor(args)
 
@@ -558,6 +597,9 @@ def main(argv: list[str] | None = None) -> int:
         from gcdoctor.rundir import forget_current
         forget_current()
         return COMMANDS[args.command](args)
+    except IncompleteRun as exc:
+        print(f"gcdoctor: incomplete: {_term(str(exc))}", file=sys.stderr)
+        return EXIT_INCOMPLETE
     except UserError as exc:
         if os.environ.get("RANK", "0") == "0":  # under a distributed launch rank 0 says it once
             print(f"gcdoctor: error: {_term(str(exc))}", file=sys.stderr)

@@ -88,6 +88,7 @@ class RunConfig:
     memory_snapshot: bool = False  # record the allocator's history at the sweep's peak point (CUDA/MUSA)
     seed: int = 0
     out: str | None = None
+    force: bool = False  # --force: empty a non-empty --out (a finished run) first instead of refusing it
     tui: bool | None = None  # None: on when stdout is a terminal
     thresholds: dict[str, dict[str, float]] = field(default_factory=dict)
     # several ranks (--nproc N, or a launch under torchrun): how the sweep shards the model
@@ -243,7 +244,7 @@ def validate_thresholds(overrides: dict[str, dict[str, float]], source: str) -> 
 
 
 def _toml_run_fields() -> dict[str, Any]:
-    return {f.name: f for f in dataclasses.fields(RunConfig) if f.name not in ("thresholds", "command", "tui")}
+    return {f.name: f for f in dataclasses.fields(RunConfig) if f.name not in ("thresholds", "command", "tui", "force")}
 
 
 def _one_line(exc: msgspec.ValidationError) -> str:

@@ -24,3 +24,8 @@ class UserError(Exception):
 
 class RunDirectoryBusy(UserError):
     """Another process owns the run directory (its lock is held)."""
+
+
+class IncompleteRun(UserError):
+    """A run directory with nothing to judge yet: its run is still starting, or was killed before
+    it wrote its first facts.json (exit code 3, "incomplete", not 2)."""

@@ -304,6 +304,9 @@ class Session:
         self.spec = models.load_spec(self.resolved.model, layers=config.layers)
         self.probes = select_probes(config.probes, self.backend.kind, distributed=self.dist is not None)
         out = config.out or default_run_dir(config.command, self.resolved.model)
+        if config.out and (self.dist is None or self.dist.is_main):  # one rank checks (and empties) it
+            from gcdoctor.rundir import prepare_run_dir
+            prepare_run_dir(config.out, config.force)
         if self.dist is not None:  # every rank validated the same arguments: now they meet
             self.dist.start(self.backend.kind)
             out = self.dist.run_dir(out)
