@@ -55,6 +55,22 @@ def _finite(lo_exclusive: float = 0.0) -> Any:
     return parse
 
 
+def _rate(off_allowed: bool = False) -> Any:
+    """--telemetry-hz: a finite rate within the bounds RunConfig holds to (0: off, where allowed)."""
+    from gcdoctor.config import MAX_TELEMETRY_HZ, MIN_TELEMETRY_HZ
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (off_allowed and v == 0) and not (math.isfinite(v) and MIN_TELEMETRY_HZ <= v <= MAX_TELEMETRY_HZ):
+            raise argparse.ArgumentTypeError(f"{text}: use a rate from {MIN_TELEMETRY_HZ:g} to {MAX_TELEMETRY_HZ:g} Hz"
+                                             + (" (0: off)" if off_allowed else ""))
+        return v
+    return parse
+
+
 def _int(text: str) -> int:
     try:
         return int(text)
@@ -110,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--no-profile", action="store_true", help="do not profile (no traces, no trace metrics)")
     d.add_argument("--memory-snapshot", action="store_true",
                    help="record a memory snapshot at the sweep's peak point (open at pytorch.org/memory_viz)")
-    d.add_argument("--telemetry-hz", type=_finite(), help="telemetry sampling rate (default 20)")
+    d.add_argument("--telemetry-hz", type=_rate(), help="telemetry sampling rate (default 20)")
     d.add_argument("--out", help="run directory (default: a new folder under ./gcdoctor-runs/)")
     _add_force(d)
     d.add_argument("--config", help="TOML file with [run] settings and [thresholds.RULE] overrides")
@@ -163,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_force(mo)
     # 20 Hz, not less: NVIDIA's 32-bit PCIe byte counters are then read in the sampler's own tick;
     # a slower sampler needs a 50 Hz poller thread for them, which costs about twice the CPU
-    mo.add_argument("--telemetry-hz", type=_finite(), default=20.0,
+    mo.add_argument("--telemetry-hz", type=_rate(), default=20.0,
                     help="telemetry sampling rate (default 20; slower rates cost more CPU on NVIDIA)")
     mo.add_argument("--seconds", type=_finite(), help="stop after this long (default: until q / Ctrl-C)")
     mo.add_argument("--no-tui", action="store_true", help="print warnings to the console instead of the TUI")
@@ -173,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--out", help="run directory (default: a new folder under ./gcdoctor-runs/)")
     _add_force(w)
     w.add_argument("--profile-steps", help="steps to profile, comma-separated (default 5,6)")
-    w.add_argument("--telemetry-hz", type=float, help="telemetry sampling rate, 0 = off (default 20)")
+    w.add_argument("--telemetry-hz", type=_rate(off_allowed=True), help="telemetry sampling rate, 0 = off (default 20)")
     w.add_argument("--ranks", choices=["all", "0"], default="all",
                    help="distributed jobs: a run directory per rank (all, default) or rank 0 only")
     w.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command, e.g. -- python train.py --lr 1e-4")

@@ -37,6 +37,7 @@ MAX_BATCH = 1 << 20
 MAX_LAYERS = 10_000
 MAX_STEPS = 10_000
 MAX_TELEMETRY_HZ = 1000.0
+MIN_TELEMETRY_HZ = 0.01  # a sample every 100 s; slower is no time series (and 1e-300 Hz overflows a period)
 MAX_SEED = (1 << 32) - 1  # what every RNG gcdoctor seeds (torch, numpy, random) accepts
 MAX_BYTES = 1 << 60  # an exabyte: beyond any device or host
 DEVICE_RE = re.compile(r"auto|cpu|(cuda|musa)(:\d{1,3})?")
@@ -142,8 +143,8 @@ class RunConfig:
                             and not isinstance(e, bool) else f"--emulate-launch-us {e!r}: expected a number")
         hz = self.telemetry_hz
         if isinstance(hz, bool) or not isinstance(hz, (int, float)) or not math.isfinite(hz) \
-                or not 0 < hz <= MAX_TELEMETRY_HZ:
-            raise UserError(f"--telemetry-hz {hz!r}: use a rate above 0 and at most {MAX_TELEMETRY_HZ:g} Hz")
+                or not MIN_TELEMETRY_HZ <= hz <= MAX_TELEMETRY_HZ:
+            raise UserError(f"--telemetry-hz {hz!r}: use a rate from {MIN_TELEMETRY_HZ:g} to {MAX_TELEMETRY_HZ:g} Hz")
         for f in ("profile",):
             if not isinstance(getattr(self, f), bool):
                 raise UserError(f"{f} {getattr(self, f)!r}: expected true or false")

@@ -429,10 +429,12 @@ class Session:
                     except UserError:
                         raise
                     except Exception as exc:  # noqa: BLE001 - one failing probe must not lose the others
-                        detail = traceback.format_exc(limit=-3)
-                        self.rundir.write_error(f"probe {probe.name} failed:\n{traceback.format_exc()}")
+                        log = self.rundir.write_error(f"probe {probe.name} failed:\n{traceback.format_exc()}")
                         self.facts.unavailable[probe.name] = f"probe failed: {type(exc).__name__}: {exc}"
-                        self.bus.emit(LogMessage(f"probe {probe.name} failed: {exc}\n{detail}", "error"))
+                        first = (str(exc).splitlines() or [""])[0][:200]
+                        # one line on the console; the traceback is the run directory's error.log
+                        self.bus.emit(LogMessage(f"probe {probe.name} failed: {type(exc).__name__}: {first} "
+                                                 f"(traceback in {log})", "error"))
                         self.bus.emit(ProbeFinished(probe.name, False, str(exc), time.monotonic() - t0))
                     else:
                         self.bus.emit(ProbeFinished(probe.name, True, None, time.monotonic() - t0))

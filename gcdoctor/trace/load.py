@@ -334,8 +334,12 @@ class _Reader:
             raise UserError(f"{path}: is a directory, not a trace file") from None
         except OSError as exc:
             raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
-        magic = self.raw.read(2)
-        self.raw.seek(0)
+        try:
+            magic = self.raw.read(2)
+            self.raw.seek(0)
+        except OSError as exc:  # /proc/self/mem, a device that refuses reads, a pipe that cannot seek
+            self.raw.close()
+            raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
         self.gzip = magic == b"\x1f\x8b"
         self.fh: IO[bytes] = gzip.GzipFile(fileobj=self.raw, mode="rb") if self.gzip else self.raw
         self.eof = False
