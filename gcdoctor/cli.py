@@ -334,12 +334,24 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
             from gcdoctor.console import ConsolePrinter
             bus.subscribe(ConsolePrinter(verbose=args.verbose))
             verdicts = session.run()
+    try:
+        _log_rule_errors(session.rundir, verdicts)
+    except OSError:
+        pass
     print()
     print(summary(session.facts, verdicts, str(session.report_path)))
     _say_incomplete(session.facts, verdicts)
     if session.signalled:  # a signal while the run wrote its results: still this command's interruption
         return EXIT_INTERRUPTED
     return run_exit_code(session.facts, verdicts, args.fail_on, args.fail_on_experiments)
+
+
+def _log_rule_errors(rundir: Any, verdicts: list) -> None:
+    """A rule that raised is an `error` verdict; its traceback goes to the run directory's error.log."""
+    from gcdoctor.engine import rule_errors_text
+    text = rule_errors_text(verdicts)
+    if text:
+        rundir.write_error(text)
 
 
 def load_recorded(path: Path) -> Any:
@@ -398,6 +410,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         try:
             facts.save(out / "facts.json")
             report = write_reports(out, facts, verdicts, source_dir=path if path.is_dir() else None)
+            _log_rule_errors(rundir, verdicts)
         except OSError as exc:
             raise UserError(f"--out {out}: cannot write the reports ({exc.strerror or exc})") from None
     finally:
