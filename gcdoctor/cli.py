@@ -266,7 +266,7 @@ def incomplete_reasons(facts: Any, verdicts: list, live: bool = True, in_progres
         reasons.append(f"the run crashed: {st.error}")
     elif st.interrupted and not live:
         reasons.append("the run was interrupted: its results are partial")
-    elif in_progress is not None and not st.finished_at:
+    elif in_progress is not None and st.command != "analyze" and not st.finished_at:
         reasons.append(f"the run is still in progress (pid {in_progress}): judged on what it has measured so far")
     elif st.command == "diagnose" and st.started_at and not st.finished_at and not st.interrupted:
         reasons.append("the run has no recorded end (it was killed before it finished): its results are partial")
