@@ -90,7 +90,7 @@ def _analyse(path: Path, decoder: str) -> None:
                        h.queued_us) >= 0
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(doc=mutated_traces(), decoder=st.sampled_from(["msgspec", "json"]))
 def test_loader_is_total_over_mutated_events(tmp_path_factory, doc, decoder):
     p = tmp_path_factory.mktemp("fz") / "t.json"
@@ -98,7 +98,7 @@ def test_loader_is_total_over_mutated_events(tmp_path_factory, doc, decoder):
     _analyse(p, decoder)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(doc=mutated_traces())
 def test_rules_never_raise_on_what_loads(tmp_path_factory, doc):
     p = tmp_path_factory.mktemp("fr") / "t.json"
@@ -111,7 +111,7 @@ def test_rules_never_raise_on_what_loads(tmp_path_factory, doc):
     assert not errors, errors[0].traceback
 
 
-@settings(max_examples=800, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(data=st.binary(max_size=300))
 def test_loader_is_total_over_bytes(tmp_path_factory, data):
     p = tmp_path_factory.mktemp("fb") / "t.json"
