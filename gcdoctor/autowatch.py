@@ -178,6 +178,7 @@ def run_watch(args: Any) -> int:
         prepare_run_dir(out, getattr(args, "force", False))
     try:
         out = out.resolve()
+        created = not out.exists()
         out.mkdir(parents=True, exist_ok=True)  # here, so that a read-only or odd place is one line now
         site = write_site(out.parent / f".{out.name}-site")
     except OSError as exc:
@@ -199,6 +200,11 @@ def run_watch(args: Any) -> int:
     finally:
         import shutil
         shutil.rmtree(site, ignore_errors=True)
+        if created:  # made only to check it could be: a job that never trained leaves no folder
+            try:
+                out.rmdir()  # only while still empty
+            except OSError:
+                pass
     ranks = sorted(out.glob("rank-*/facts.json"))
     if (out / "facts.json").is_file():
         print(f"gcdoctor watch: run directory {out} (gcdoctor analyze {out})", file=sys.stderr)
