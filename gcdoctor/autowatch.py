@@ -193,8 +193,16 @@ def run_watch(args: Any) -> int:
         from gcdoctor.recipe_code import against_facts
         against = against_facts(args.against)
     out = Path(args.out) if args.out else default_run_dir("watch", Path(cmd[-1]).stem if cmd else None)
-    out = out.resolve()
-    site = write_site(out.parent / f".{out.name}-site")
+    if args.out:
+        from gcdoctor.rundir import prepare_run_dir
+        prepare_run_dir(out, getattr(args, "force", False))
+    try:
+        out = out.resolve()
+        created = not out.exists()
+        out.mkdir(parents=True, exist_ok=True)  # here, so that a read-only or odd place is one line now
+        site = write_site(out.parent / f".{out.name}-site")
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot create the run directory ({exc.strerror or exc})") from None
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(site)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env.update({ENV_OUT: str(out), ENV_PROFILE: ",".join(map(str, prof)), ENV_TELEMETRY: f"{hz:g}",
@@ -203,11 +211,20 @@ def run_watch(args: Any) -> int:
         rc = subprocess.call(cmd, env=env)
     except FileNotFoundError:
         raise UserError(f"watch: command not found: {cmd[0]}") from None
+    except PermissionError:
+        raise UserError(f"watch: cannot run {cmd[0]}: permission denied (not an executable file?)") from None
+    except OSError as exc:
+        raise UserError(f"watch: cannot run {cmd[0]}: {exc.strerror or exc}") from None
     except KeyboardInterrupt:
         rc = 130
     finally:
         import shutil
         shutil.rmtree(site, ignore_errors=True)
+        if created:  # made only to check it could be: a job that never trained leaves no folder
+            try:
+                out.rmdir()  # only while still empty
+            except OSError:
+                pass
     ranks = sorted(out.glob("rank-*/facts.json"))
     if (out / "facts.json").is_file():
         if against is not None:
@@ -219,4 +236,20 @@ def run_watch(args: Any) -> int:
     else:
         print("gcdoctor watch: nothing was watched: no process ran a training forward and optimizer step",
               file=sys.stderr)
-    return rc
+    return watch_exit_code(rc)
+
+
+def watch_exit_code(rc: int) -> int:
+    """What `gcdoctor watch` returns for the watched command's exit status `rc` (docs/exit-codes.md):
+    0 when it succeeded; 130 when it was interrupted (it exited 130, or died of SIGINT or SIGTERM);
+    3 (incomplete: the watched run ended early) for any other failure, whose own code is said on
+    stderr. 1 stays --fail-on's and 2 gcdoctor's own user errors, so a script's exit code is never
+    read as either."""
+    import signal
+    if rc == 0:
+        return 0
+    if rc in (130, 143, -signal.SIGINT, -signal.SIGTERM):
+        return 130
+    how = f"died of signal {-rc}" if rc < 0 else f"exited with {rc}"
+    print(f"gcdoctor watch: the command {how}: the watched run is incomplete (exit 3)", file=sys.stderr)
+    return 3

@@ -19,7 +19,7 @@ from gcdoctor.experiments import PROBE_NAMES
 from gcdoctor.config import (RunConfig, load_toml, parse_batch_sizes, parse_probes, parse_size, parse_threshold,
                              validate_thresholds)
 from gcdoctor.errors import (EXIT_FAIL_ON, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE,
-                             UserError)
+                             IncompleteRun, UserError)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -56,6 +56,22 @@ def _finite(lo_exclusive: float = 0.0) -> Any:
     return parse
 
 
+def _rate(off_allowed: bool = False) -> Any:
+    """--telemetry-hz: a finite rate within the bounds RunConfig holds to (0: off, where allowed)."""
+    from gcdoctor.config import MAX_TELEMETRY_HZ, MIN_TELEMETRY_HZ
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (off_allowed and v == 0) and not (math.isfinite(v) and MIN_TELEMETRY_HZ <= v <= MAX_TELEMETRY_HZ):
+            raise argparse.ArgumentTypeError(f"{text}: use a rate from {MIN_TELEMETRY_HZ:g} to {MAX_TELEMETRY_HZ:g} Hz"
+                                             + (" (0: off)" if off_allowed else ""))
+        return v
+    return parse
+
+
 def _int(text: str) -> int:
     try:
         return int(text)
@@ -72,6 +88,11 @@ def _add_fail_on(p: argparse.ArgumentParser) -> None:
                    help="exit 1 if a configuration verdict of this severity or worse fired (or a rule crashed)")
     p.add_argument("--fail-on-experiments", action="store_true",
                    help="--fail-on also judges the probes' experiment verdicts (variants gcdoctor tried)")
+
+
+def _add_force(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--force", action="store_true",
+                   help="--out names a finished run's directory: empty it first (without it, refused)")
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
@@ -109,8 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--no-profile", action="store_true", help="do not profile (no traces, no trace metrics)")
     d.add_argument("--memory-snapshot", action="store_true",
                    help="record a memory snapshot at the sweep's peak point (open at pytorch.org/memory_viz)")
-    d.add_argument("--telemetry-hz", type=_finite(), help="telemetry sampling rate (default 20)")
+    d.add_argument("--telemetry-hz", type=_rate(), help="telemetry sampling rate (default 20)")
     d.add_argument("--out", help="run directory (default: a new folder under ./gcdoctor-runs/)")
+    _add_force(d)
     d.add_argument("--config", help="TOML file with [run] settings and [thresholds.RULE] overrides")
     d.add_argument("--threshold", action="append", default=[], help="override a rule threshold: GC001.max_overhead_pct=40")
     d.add_argument("--no-tui", action="store_true", help="plain console output instead of the live TUI")
@@ -128,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("analyze", help="re-judge a recorded run directory or a profiler trace file")
     a.add_argument("path", help="a gcdoctor run directory, or a torch.profiler trace (.json or .json.gz)")
     a.add_argument("--out", help="where to write the reports (default: a new folder under ./gcdoctor-runs/)")
+    _add_force(a)
     a.add_argument("--config", help="TOML file with [thresholds.RULE] overrides")
     a.add_argument("--threshold", action="append", default=[])
     a.add_argument("--against", metavar="DIAGNOSE_RUN",
@@ -159,9 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
     mo.add_argument("--gpu", type=_positive_or_zero, help="only this GPU index (default: all)")
     mo.add_argument("--run", help="follow a run directory written by gcdoctor.watch / diagnose")
     mo.add_argument("--out", help="run directory to record to (default: a new folder under ./gcdoctor-runs/)")
+    _add_force(mo)
     # 20 Hz, not less: NVIDIA's 32-bit PCIe byte counters are then read in the sampler's own tick;
     # a slower sampler needs a 50 Hz poller thread for them, which costs about twice the CPU
-    mo.add_argument("--telemetry-hz", type=_finite(), default=20.0,
+    mo.add_argument("--telemetry-hz", type=_rate(), default=20.0,
                     help="telemetry sampling rate (default 20; slower rates cost more CPU on NVIDIA)")
     mo.add_argument("--seconds", type=_finite(), help="stop after this long (default: until q / Ctrl-C)")
     mo.add_argument("--no-tui", action="store_true", help="print warnings to the console instead of the TUI")
@@ -169,8 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     w = sub.add_parser("watch", help="watch an unmodified training script: gcdoctor watch -- python train.py ...")
     w.add_argument("--out", help="run directory (default: a new folder under ./gcdoctor-runs/)")
+    _add_force(w)
     w.add_argument("--profile-steps", help="steps to profile, comma-separated (default 5,6)")
-    w.add_argument("--telemetry-hz", type=float, help="telemetry sampling rate, 0 = off (default 20)")
+    w.add_argument("--telemetry-hz", type=_rate(off_allowed=True), help="telemetry sampling rate, 0 = off (default 20)")
     w.add_argument("--against", metavar="DIAGNOSE_RUN",
                    help="after the job: how far it is from this diagnose run's recipe (tokens/s and settings)")
     w.add_argument("--ranks", choices=["all", "0"], default="all",
@@ -236,15 +261,18 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         kw["memory_snapshot"] = True
     if getattr(args, "no_reshard", False):
         kw["reshard_after_forward"] = False
+    if getattr(args, "force", False):
+        kw["force"] = True
     kw["thresholds"] = th
     kw["tui"] = False if getattr(args, "no_tui", False) else None
     return RunConfig(**kw)
 
 
-def incomplete_reasons(facts: Any, verdicts: list, live: bool = True) -> list[str]:
+def incomplete_reasons(facts: Any, verdicts: list, live: bool = True, in_progress: str | None = None) -> list[str]:
     """Why a run is incomplete (exit code 3): a probe that failed, a rule that crashed, a crash,
-    a diagnose run with no recorded end (killed: SIGKILL, power loss) and, re-judged later
-    (`live` False), a run that was interrupted."""
+    a diagnose run with no recorded end (killed: SIGKILL, power loss; or, `in_progress` the pid
+    that holds its lock, still running) and, re-judged later (`live` False), a run that was
+    interrupted."""
     reasons = [f"{k}: probe failed: {v}" for k, v in facts.failed_probes.items()]
     reasons += [f"rule {v.code} crashed" for v in verdicts if v.status == "error"]
     st = facts.settings
@@ -252,25 +280,27 @@ def incomplete_reasons(facts: Any, verdicts: list, live: bool = True) -> list[st
         reasons.append(f"the run crashed: {st.error}")
     elif st.interrupted and not live:
         reasons.append("the run was interrupted: its results are partial")
+    elif in_progress is not None and st.command != "analyze" and not st.finished_at:
+        reasons.append(f"the run is still in progress (pid {in_progress}): judged on what it has measured so far")
     elif st.command == "diagnose" and st.started_at and not st.finished_at and not st.interrupted:
         reasons.append("the run has no recorded end (it was killed before it finished): its results are partial")
     return reasons
 
 
 def run_exit_code(facts: Any, verdicts: list, fail_on: str | None, include_experiments: bool,
-                  live: bool = True) -> int:
+                  live: bool = True, in_progress: str | None = None) -> int:
     """The exit-code contract for a judged run (gcdoctor.errors): 130 > 3 > 1 > 0. `live`: the run
     happened in this process (diagnose), so its interruption is this command's."""
     from gcdoctor.engine import failing
     if live and facts.settings.interrupted:
         return EXIT_INTERRUPTED
-    if incomplete_reasons(facts, verdicts, live):
+    if incomplete_reasons(facts, verdicts, live, in_progress):
         return EXIT_INCOMPLETE
     return EXIT_FAIL_ON if failing(verdicts, fail_on, include_experiments) else EXIT_OK
 
 
-def _say_incomplete(facts: Any, verdicts: list, live: bool = True) -> None:
-    for why in incomplete_reasons(facts, verdicts, live):
+def _say_incomplete(facts: Any, verdicts: list, live: bool = True, in_progress: str | None = None) -> None:
+    for why in incomplete_reasons(facts, verdicts, live, in_progress):
         print(f"gcdoctor: incomplete: {_term(why)}", file=sys.stderr)
 
 
@@ -318,12 +348,24 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
             from gcdoctor.console import ConsolePrinter
             bus.subscribe(ConsolePrinter(verbose=args.verbose))
             verdicts = session.run()
+    try:
+        _log_rule_errors(session.rundir, verdicts)
+    except OSError:
+        pass
     print()
     print(summary(session.facts, verdicts, str(session.report_path)))
     _say_incomplete(session.facts, verdicts)
     if session.signalled:  # a signal while the run wrote its results: still this command's interruption
         return EXIT_INTERRUPTED
     return run_exit_code(session.facts, verdicts, args.fail_on, args.fail_on_experiments)
+
+
+def _log_rule_errors(rundir: Any, verdicts: list) -> None:
+    """A rule that raised is an `error` verdict; its traceback goes to the run directory's error.log."""
+    from gcdoctor.engine import rule_errors_text
+    text = rule_errors_text(verdicts)
+    if text:
+        rundir.write_error(text)
 
 
 def load_recorded(path: Path) -> Any:
@@ -334,6 +376,15 @@ def load_recorded(path: Path) -> Any:
         if rank_dirs(path):  # a distributed watched run: rank-<r> run directories
             from gcdoctor.ranks import merge_ranks
             return merge_ranks(path)
+        from gcdoctor.rundir import LOCK_NAME, live_owner
+        if any((path / m).exists() for m in (LOCK_NAME, "events.jsonl", "config.json")):  # a run, not traces
+            from gcdoctor.errors import IncompleteRun
+            owner = live_owner(path)
+            if owner is not None:
+                raise IncompleteRun(f"{path}: a gcdoctor run still starting (pid {owner}): no facts.json yet, "
+                                    "nothing measured to judge; analyze it once it has measured something")
+            raise IncompleteRun(f"{path}: a gcdoctor run directory without facts.json: the run was killed before "
+                                "it measured anything (its gcdoctor.log and events.jsonl say how far it got)")
         # a folder of per-rank traces (torch's tensorboard_trace_handler, HTA's layout)
         from gcdoctor.trace.ranks import facts_from_trace_dir
         return facts_from_trace_dir(path)
@@ -355,8 +406,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from gcdoctor.report import write_reports
     from gcdoctor.report.console import summary
     from gcdoctor.report.json_report import render_json
-    from gcdoctor.rundir import RunDirectory, default_run_dir
+    from gcdoctor.rundir import RunDirectory, default_run_dir, prepare_run_dir
 
+    from gcdoctor.rundir import live_owner
     _, th = _thresholds(args)
     path = Path(args.path)
     against = None
@@ -368,13 +420,19 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         if facts.watch is None:
             raise UserError(f"--against: {path} is not a watched run (gcdoctor watch, or gcdoctor.watch in a script)")
         facts.against = against
+    owner = live_owner(path) if path.is_dir() else None
     verdicts = evaluate(facts, overrides=th)
     out = Path(args.out) if args.out else default_run_dir("analyze", path.stem.split(".")[0])
+    if args.out:
+        if _same_place(out, path):
+            raise UserError(f"--out {out}: is the run being analyzed; choose another directory")
+        prepare_run_dir(out, args.force)
     rundir = RunDirectory(out, events=False)
     try:
         try:
             facts.save(out / "facts.json")
             report = write_reports(out, facts, verdicts, source_dir=path if path.is_dir() else None)
+            _log_rule_errors(rundir, verdicts)
         except OSError as exc:
             raise UserError(f"--out {out}: cannot write the reports ({exc.strerror or exc})") from None
     finally:
@@ -385,8 +443,15 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         _print_json(data)
     else:
         print(summary(facts, verdicts, str(report)))
-    _say_incomplete(facts, verdicts, live=False)
-    return run_exit_code(facts, verdicts, args.fail_on, args.fail_on_experiments, live=False)
+    _say_incomplete(facts, verdicts, live=False, in_progress=owner)
+    return run_exit_code(facts, verdicts, args.fail_on, args.fail_on_experiments, live=False, in_progress=owner)
+
+
+def _same_place(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and a.resolve() == b.resolve()
+    except OSError:
+        return False
 
 
 def cmd_recipe(args: argparse.Namespace) -> int:
@@ -485,6 +550,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_monitor(args: argparse.Namespace) -> int:
+    if args.out:
+        from gcdoctor.rundir import prepare_run_dir
+        prepare_run_dir(args.out, args.force)
     from gcdoctor.tui.monitor import run_monitor
     return run_monitor(args)
 
@@ -542,8 +610,8 @@ def _sigterm(signum: int, frame: Any) -> None:
 
 
 def _late_signals_exit_130() -> None:
-    """After the command's work: a Ctrl-C or SIGTERM while the interpreter shuts down (torch's and
-    the threads' teardown can take seconds) still ends with 130, not -2 or -15."""
+    """After the command's work (entry): a Ctrl-C or SIGTERM until the process has left ends it
+    with 130, not -2 or -15."""
     def bye(signum: int, frame: Any) -> None:
         try:
             sys.stdout.flush()
@@ -595,15 +663,15 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _sigterm)
         from gcdoctor.rundir import forget_current
         forget_current()
-        code = COMMANDS[args.command](args)
-        _late_signals_exit_130()
-        return code
+        return COMMANDS[args.command](args)
+    except IncompleteRun as exc:
+        print(f"gcdoctor: incomplete: {_term(str(exc))}", file=sys.stderr)
+        return EXIT_INCOMPLETE
     except UserError as exc:
         if os.environ.get("RANK", "0") == "0":  # under a distributed launch rank 0 says it once
             print(f"gcdoctor: error: {_term(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        _late_signals_exit_130()
         print("gcdoctor: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
@@ -616,18 +684,47 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """The `gcdoctor` command: main(), then the exit. An interrupted run has written everything by
-    then; it leaves at once, without the interpreter's teardown (torch's and the threads' can take
-    seconds), where a late Ctrl-C or SIGTERM would find Python's handlers gone and kill it with -2."""
-    code = main()
-    if code == EXIT_INTERRUPTED:
-        for stream in (sys.stdout, sys.stderr):
+    """The `gcdoctor` command: main(), then the exit, by the exit-code contract on every path out.
+
+    SIGTERM is a Ctrl-C from the first line on. Once main() has returned, a SIGINT or SIGTERM ends
+    the process with 130 at once (docs/exit-codes.md): the late handlers stay in place to the very
+    end, because the process leaves without the interpreter's teardown (threads are joined and the
+    atexit functions run first). That teardown (torch's, the threads') can take seconds, and in its
+    last part Python has put the default handlers back, where a late signal would kill it with -2."""
+    code = EXIT_INTERRUPTED
+    try:
+        signal.signal(signal.SIGTERM, _sigterm)
+        code = main()
+    except KeyboardInterrupt:  # a signal inside main()'s own error handling
+        code = EXIT_INTERRUPTED
+    finally:
+        while True:  # a signal in this very window is one more interruption
             try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)
-    sys.exit(code)
+                _late_signals_exit_130()
+                break
+            except KeyboardInterrupt:
+                code = EXIT_INTERRUPTED
+    _leave(code)
+
+
+def _leave(code: int) -> NoReturn:
+    """Exit with `code` as the interpreter would (threads joined, atexit run, output flushed), but
+    without its teardown, so that the late-signal handlers hold to the end."""
+    import atexit
+    import threading
+    try:
+        shutdown = getattr(threading, "_shutdown", None)
+        if shutdown is not None:
+            shutdown()  # joins non-daemon threads and runs threading's exit hooks, as Py_Finalize does
+        atexit._run_exitfuncs()
+    except Exception:  # noqa: BLE001 - an exit hook that fails must not change the exit code
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 # what each optional package is for, for a one-line error when it is missing

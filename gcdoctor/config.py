@@ -38,6 +38,7 @@ MAX_BATCH = 1 << 20
 MAX_LAYERS = 10_000
 MAX_STEPS = 10_000
 MAX_TELEMETRY_HZ = 1000.0
+MIN_TELEMETRY_HZ = 0.01  # a sample every 100 s; slower is no time series (and 1e-300 Hz overflows a period)
 MAX_SEED = (1 << 32) - 1  # what every RNG gcdoctor seeds (torch, numpy, random) accepts
 MAX_BYTES = 1 << 60  # an exabyte: beyond any device or host
 DEVICE_RE = re.compile(r"auto|cpu|(cuda|musa)(:\d{1,3})?")
@@ -91,6 +92,7 @@ class RunConfig:
     memory_snapshot: bool = False  # record the allocator's history at the sweep's peak point (CUDA/MUSA)
     seed: int = 0
     out: str | None = None
+    force: bool = False  # --force: empty a non-empty --out (a finished run) first instead of refusing it
     tui: bool | None = None  # None: on when stdout is a terminal
     thresholds: dict[str, dict[str, float]] = field(default_factory=dict)
     # several ranks (--nproc N, or a launch under torchrun): how the sweep shards the model
@@ -148,8 +150,8 @@ class RunConfig:
                             and not isinstance(e, bool) else f"--emulate-launch-us {e!r}: expected a number")
         hz = self.telemetry_hz
         if isinstance(hz, bool) or not isinstance(hz, (int, float)) or not math.isfinite(hz) \
-                or not 0 < hz <= MAX_TELEMETRY_HZ:
-            raise UserError(f"--telemetry-hz {hz!r}: use a rate above 0 and at most {MAX_TELEMETRY_HZ:g} Hz")
+                or not MIN_TELEMETRY_HZ <= hz <= MAX_TELEMETRY_HZ:
+            raise UserError(f"--telemetry-hz {hz!r}: use a rate from {MIN_TELEMETRY_HZ:g} to {MAX_TELEMETRY_HZ:g} Hz")
         for f in ("profile",):
             if not isinstance(getattr(self, f), bool):
                 raise UserError(f"{f} {getattr(self, f)!r}: expected true or false")
@@ -249,7 +251,7 @@ def validate_thresholds(overrides: dict[str, dict[str, float]], source: str) -> 
 
 
 def _toml_run_fields() -> dict[str, Any]:
-    return {f.name: f for f in dataclasses.fields(RunConfig) if f.name not in ("thresholds", "command", "tui")}
+    return {f.name: f for f in dataclasses.fields(RunConfig) if f.name not in ("thresholds", "command", "tui", "force")}
 
 
 def _one_line(exc: msgspec.ValidationError) -> str:

@@ -29,7 +29,16 @@ def evaluate_rule(rule: Rule, facts: Facts, overrides: dict[str, dict[str, float
         if facts.get(path) is None:
             return [rule.inconclusive(facts.missing_reason(path))]
     out = rule.check(facts, resolve_thresholds(rule, overrides))
-    return out if isinstance(out, list) else [out]
+    out = out if isinstance(out, list) else [out]
+    for v in out:  # a verdict the writers cannot read is the rule's bug, caught here, not in a writer
+        if not isinstance(v, Verdict):
+            raise TypeError(f"{rule.code} returned {type(v).__name__}, not a Verdict")
+        for name in ("code", "slug", "status", "severity", "headline", "subject", "scope", "line", "topic"):
+            if not isinstance(getattr(v, name), str):
+                raise TypeError(f"{rule.code}: verdict field {name} is {type(getattr(v, name)).__name__}, not str")
+        if v.severity not in SEVERITY_ORDER:
+            raise ValueError(f"{rule.code}: unknown severity {v.severity!r}")
+    return out
 
 
 def evaluate(facts: Facts, rules: Iterable[Rule] | None = None,
@@ -43,9 +52,10 @@ def evaluate(facts: Facts, rules: Iterable[Rule] | None = None,
     for rule in rules:
         try:
             verdicts.extend(evaluate_rule(rule, facts, overrides))
-        except Exception as exc:  # noqa: BLE001
-            verdicts.append(Verdict(rule.code, rule.slug, "error", "error",
-                                    f"{rule.title}: the rule failed ({type(exc).__name__}: {exc}); this is a "
+        except Exception as exc:  # noqa: BLE001 - RecursionError and MemoryError on odd facts too
+            msg = (str(exc).splitlines() or [""])[0][:300]
+            verdicts.append(Verdict(str(rule.code), str(rule.slug), "error", "error",
+                                    f"{rule.title}: the rule failed ({type(exc).__name__}: {msg}); this is a "
                                     "gcdoctor bug", scope=rule.scope, topic=rule.topic,
                                     traceback=traceback.format_exc()))
     return sort_verdicts(verdicts)
@@ -63,6 +73,13 @@ def failing(verdicts: Iterable[Verdict], fail_on: str | None, include_experiment
     bad = FAIL_SEVERITIES[fail_on]
     return [v for v in verdicts if v.status in ("fired", "error") and v.severity in bad
             and (include_experiments or v.scope != EXPERIMENT or v.status == "error")]
+
+
+def rule_errors_text(verdicts: Iterable[Verdict]) -> str:
+    """The tracebacks of the rules that raised, as error.log keeps them ("" when none did)."""
+    return "".join(f"rule {v.code} ({v.slug}) raised{' on ' + v.subject if v.subject else ''}:\n{v.traceback}"
+                   + ("" if v.traceback.endswith("\n") else "\n")
+                   for v in verdicts if v.status == "error" and v.traceback)
 
 
 def known_threshold_names(rules: Iterable[Rule]) -> dict[str, set[str]]:

@@ -5,7 +5,8 @@
     2    user error: bad input, one line on stderr, nothing measured
     3    incomplete: a probe or a rule crashed, or the run was cut short by a crash
          (an unexpected exception: one line on stderr, the traceback kept in the run directory)
-    130  interrupted (Ctrl-C, SIGTERM, q in the TUI): what was measured is kept
+    130  interrupted (Ctrl-C, SIGTERM, q in the TUI): what was measured is kept; a signal
+         that arrives after the work, until the process has gone, is 130 too (cli.entry)
 
 When several apply, the larger wins, except that 130 always wins (the user stopped the run) and
 2 is only given before any work started.
@@ -28,3 +29,8 @@ class RunDirectoryBusy(UserError):
 
 class RunInterrupted(Exception):
     """The user asked to stop (q in the TUI, Ctrl-C): write what was measured and end."""
+
+
+class IncompleteRun(UserError):
+    """A run directory with nothing to judge yet: its run is still starting, or was killed before
+    it wrote its first facts.json (exit code 3, "incomplete", not 2)."""

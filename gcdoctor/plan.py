@@ -149,6 +149,9 @@ def _batch_list(batch_sizes: Any) -> list[int] | None:
         raise UserError(f"--batch-sizes {batch_sizes!r}: expected comma-separated positive integers") from None
     if not out or out[0] < 1:
         raise UserError(f"--batch-sizes {batch_sizes!r}: expected comma-separated positive integers")
+    from gcdoctor.config import MAX_BATCH
+    if out[-1] > MAX_BATCH:  # the bound diagnose holds to
+        raise UserError(f"--batch-sizes: {out[-1]:,} is beyond {MAX_BATCH:,}, the largest batch gcdoctor sizes")
     return out
 
 
@@ -184,6 +187,17 @@ def run_plan(model: Any = None, device_memory: str | int | None = None, seq_len:
                         "(e.g. mtt-s4000, h200)")
     if not isinstance(seq_len, int) or seq_len < 1:
         raise UserError(f"--seq-len {seq_len!r}: must be a positive integer")
+    if shard is not None and not (isinstance(shard, int) and 1 <= shard <= 4096):  # diagnose's --nproc bound
+        raise UserError(f"--shard {shard!r}: use 1 to 4,096 devices")
+    _batch_list(batch_sizes)  # refused before the seconds of sizing, not after
+    if launch_us is not None and not (isinstance(launch_us, (int, float)) and 0 < launch_us <= 100_000):
+        raise UserError(f"--launch-us {launch_us:g}: use a launch cost between 0 and 100000 microseconds"
+                        if isinstance(launch_us, (int, float)) else f"--launch-us {launch_us!r}: expected a number")
+    from gcdoctor.config import MAX_LAYERS, MAX_SEQ_LEN
+    if seq_len > MAX_SEQ_LEN:  # the bound diagnose holds to
+        raise UserError(f"--seq-len {seq_len:,}: use at most {MAX_SEQ_LEN:,} tokens")
+    if layers is not None and not (isinstance(layers, int) and 1 <= layers <= MAX_LAYERS):
+        raise UserError(f"--layers {layers!r}: use 1 to {MAX_LAYERS:,} layers")
     if dtype not in M.DTYPE_BYTES:
         raise UserError(f"--dtype {dtype!r}: use one of {', '.join(M.DTYPE_BYTES)}")
     if optimizer not in M.OPTIMIZERS:
@@ -256,8 +270,6 @@ def run_plan(model: Any = None, device_memory: str | int | None = None, seq_len:
                             launch_us, granularity_run)
     if shard is not None:  # states sharded over N devices: a rank's view (gcdoctor.sharding)
         from gcdoctor import sharding
-        if shard < 1:
-            raise UserError(f"--shard {shard}: the number of devices must be positive")
         data["sharded"] = sharding.plan_section(spec, usable, seq_len, dtype, optimizer, device, master_weights,
                                                 shard, reshard_after_forward, modes, batches)
     if as_json:

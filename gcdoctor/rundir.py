@@ -70,6 +70,71 @@ def default_run_dir(command: str, model: str | None) -> Path:
     return path
 
 
+# what a gcdoctor run directory holds: --force empties only a folder that has some of these
+RUN_MARKERS = (LOCK_NAME, "events.jsonl", "facts.json", "config.json", "gcdoctor.log", ERROR_LOG, "report.json",
+               "report.md", "report.html", "telemetry.csv")
+
+
+def live_owner(path: Path) -> str | None:
+    """The pid (as written) of the gcdoctor process that holds `path`'s run lock now, else None.
+    Never creates the lock file."""
+    lock = Path(path) / LOCK_NAME
+    if fcntl is None or not lock.is_file():
+        return None
+    try:
+        with open(lock) as fh:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                return fh.read().strip() or "?"
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    except OSError:
+        return None
+    return None
+
+
+def is_run_dir(path: Path) -> bool:
+    """Whether a folder looks like a gcdoctor run directory (or a distributed run's rank folders)."""
+    p = Path(path)
+    return any((p / m).exists() for m in RUN_MARKERS) or any(p.glob("rank-*/facts.json"))
+
+
+def prepare_run_dir(path: str | Path, force: bool, flag: str = "--out") -> None:
+    """Before a command writes a run directory: a non-empty one is refused (a second run would mix
+    its events and traces with the first's), unless `force`, which empties it first. A directory
+    in use by a live run is refused either way, and so is emptying a folder that is not a run
+    directory (`--out . --force` must not wipe a working tree)."""
+    import shutil
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        return
+    _check_target(path, flag)
+    owner = live_owner(path)
+    if owner is not None:
+        raise RunDirectoryBusy(f"{flag} {path}: in use by another gcdoctor process (pid {owner}); "
+                               f"choose another --out or wait for it to end")
+    try:
+        entries = [e for e in path.iterdir() if e.name != LOCK_NAME]
+    except OSError as exc:
+        raise UserError(f"{flag} {path}: cannot read the directory ({exc.strerror or exc})") from None
+    if not entries:
+        return
+    if not force:
+        raise UserError(f"{flag} {path}: not empty ({len(entries)} entries{', a finished run' if is_run_dir(path) else ''}"
+                        f"); choose a new directory, or add --force to empty it first")
+    if not is_run_dir(path):
+        raise UserError(f"{flag} {path}: --force empties only a gcdoctor run directory, and this folder is not one "
+                        f"(no facts.json, events.jsonl or report); choose a new directory")
+    try:
+        for e in entries:
+            if e.is_dir() and not e.is_symlink():
+                shutil.rmtree(e)
+            else:
+                e.unlink()
+    except OSError as exc:
+        raise UserError(f"{flag} {path}: --force could not empty it ({exc.strerror or exc})") from None
+
+
 def _check_target(path: Path, flag: str) -> None:
     if path.exists() and not path.is_dir():
         raise UserError(f"{flag} {path}: exists and is not a directory")

@@ -301,6 +301,9 @@ class Session:
         self.spec = models.load_spec(self.resolved.model, layers=config.layers)
         self.probes = select_probes(config.probes, self.backend.kind, distributed=self.dist is not None)
         out = config.out or default_run_dir(config.command, self.resolved.model)
+        if config.out and (self.dist is None or self.dist.is_main):  # one rank checks (and empties) it
+            from gcdoctor.rundir import prepare_run_dir
+            prepare_run_dir(config.out, config.force)
         if self.dist is not None:  # every rank validated the same arguments: now they meet
             self.dist.start(self.backend.kind)
             out = self.dist.run_dir(out)
@@ -423,10 +426,12 @@ class Session:
                     except UserError:
                         raise
                     except Exception as exc:  # noqa: BLE001 - one failing probe must not lose the others
-                        detail = traceback.format_exc(limit=-3)
-                        self.rundir.write_error(f"probe {probe.name} failed:\n{traceback.format_exc()}")
+                        log = self.rundir.write_error(f"probe {probe.name} failed:\n{traceback.format_exc()}")
                         self.facts.probe_failed(probe.name, f"{type(exc).__name__}: {exc}")
-                        self.bus.emit(LogMessage(f"probe {probe.name} failed: {exc}\n{detail}", "error"))
+                        first = (str(exc).splitlines() or [""])[0][:200]
+                        # one line on the console; the traceback is the run directory's error.log
+                        self.bus.emit(LogMessage(f"probe {probe.name} failed: {type(exc).__name__}: {first} "
+                                                 f"(traceback in {log})", "error"))
                         self.bus.emit(ProbeFinished(probe.name, False, str(exc), time.monotonic() - t0))
                     else:
                         self.bus.emit(ProbeFinished(probe.name, True, None, time.monotonic() - t0))

@@ -156,7 +156,7 @@ class Rule:
 
 def verdict_order(v: Verdict) -> tuple[int, str, str]:
     """The one order of verdicts: most severe first, then by code and subject."""
-    return (severity_rank(v.severity), v.code, v.subject)
+    return (severity_rank(str(v.severity)), str(v.code), str(v.subject))  # odd types from a broken rule never compare
 
 
 def sort_verdicts(verdicts: Iterable[Verdict]) -> list[Verdict]:

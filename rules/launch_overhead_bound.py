@@ -79,6 +79,10 @@ class LaunchOverheadBoundRule(Rule):
         # bare trace: device idle while the host dispatches or runs Python inside checkpointed regions,
         # share of the steady-state step (as GC021's line for the whole step)
         "min_region_idle_share": 0.2,
+        # bare trace: a region's launch overhead is seen against the kernels it launches; a checkpointed
+        # decoder layer launches tens (forward and recompute), so under ten kernels in the judged
+        # window there is no region to judge, only a few stray events
+        "min_region_kernels": 10,
         # "saves no memory": below 2% of the activations of the variant without checkpointing,
         # within allocator rounding and transients; a real checkpoint saving is tens of percent
         "min_saving_pct": 2.0,
@@ -267,6 +271,15 @@ class LaunchOverheadBoundRule(Rule):
         python = sum(r.host_idle.python_us for r in regions)
         region_us = sum(r.host_idle.window_us for r in regions)
         share = (dispatch + python) / h.window_us
+        kernels = m.kernel_count or 0
+        if kernels < t["min_region_kernels"] and share >= t["min_region_idle_share"]:  # too little to fire on
+            return self.inconclusive(f"{name}: too few events to judge checkpoint granularity: {kernels} kernel(s) "
+                                     f"in the judged window (at least {t['min_region_kernels']:g} needed)",
+                                     subject=subject, scope=CONFIGURATION, topic="trace")
+        if share > 1:  # the regions' idle lies outside the judged steps: no share of them to give
+            return self.inconclusive(f"{name}: the checkpointed regions lie outside the judged steps (their idle is "
+                                     f"{100 * share:.0f}% of the steps' window): nothing to judge", subject=subject,
+                                     scope=CONFIGURATION, topic="trace")
         steps = jw.steps or 1
         unit = "ms/step" if jw.steps else "ms in the trace"
         ev = [Evidence("device idle inside checkpointed regions, host dispatching", dispatch / steps / 1e3, unit),

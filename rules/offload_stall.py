@@ -136,6 +136,11 @@ class OffloadStallRule(Rule):
         "host_busy_pct": 90.0,
         # bare trace: host-device copies below 1% of the device window are not offload traffic
         "min_copy_share": 0.01,
+        # bare trace: a stall is a copy that holds compute back, so it needs compute around it (two
+        # kernels) and an offload's round trip (a copy out and one back: two copies); one stray memcpy
+        # beside nothing is "100 % stalled" whatever the offload does
+        "min_kernels": 2,
+        "min_copies": 2,
         # no telemetry: the device is busy less than half of the optimizer phase's host time, so the
         # host spends the phase on work the device does not see (the Adam step on the CPU)
         "max_optimizer_device_busy_share": 0.5,
@@ -253,6 +258,13 @@ class OffloadStallRule(Rule):
                                 "the device time", [Evidence("host-device copy time", ms(c.time_us, steps),
                                                              "ms/step" if steps else "ms in the trace")],
                                 subject=subject if key != "all" else "")]
+        kernels = tm.kernel_count or 0
+        n_copies = sum(s.count for s in tm.memcpy.values())
+        if kernels < t["min_kernels"] or n_copies < t["min_copies"]:
+            return [self.inconclusive(f"too few events to judge an offload stall: {kernels} kernel(s) and "
+                                      f"{n_copies} cop{'y' if n_copies == 1 else 'ies'} (at least "
+                                      f"{t['min_kernels']:g} and {t['min_copies']:g} needed)",
+                                      subject=subject if key != "all" else "")]
         # the stall is the copies alone; idle waiting on the host is the host rules' (GC021-GC025)
         r = StallReading(subject=subject, stall_share=st.exposed_copy_share, exposed_copy_share=st.exposed_copy_share,
                          host_wait_share=0.0, per_step=steps is not None,

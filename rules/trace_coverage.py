@@ -79,10 +79,12 @@ class TraceCoverageRule(Rule):
                                "activities recorded: " + fix[0].lower() + fix[1:])]
         sampled = _sampled(h)
         if notes:
-            return [self.fired("info", "trace: some events could not be placed on the timeline and were left out",
-                               ev + [Evidence("left out", notes[0])],
-                               "Events without a usable time or with a negative duration cannot be placed; the "
-                               "numbers describe the rest of the trace.", "Check the tool that wrote or edited the "
+            n = whole.dropped_events if isinstance(whole.dropped_events, int) and whole.dropped_events > 0 else None
+            return [self.fired("info", f"trace: {f'{n:,}' if n else 'some'} events could not be placed on the "
+                               "timeline and were left out", ev + [Evidence("left out", notes[0])],
+                               "Events without a usable time, with a negative duration, or with times impossible "
+                               "against the rest of the trace (far outside its span, longer than it could hold) "
+                               "cannot be placed; the numbers describe the rest of the trace.", "Check the tool that wrote or edited the "
                                "trace.")]
         if h is not None and h.window_us and h.unrecorded_us / h.window_us >= t["max_unrecorded_share"]:
             share = h.unrecorded_us / h.window_us

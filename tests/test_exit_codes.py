@@ -126,6 +126,11 @@ def test_contract_is_documented() -> None:
     doc = (REPO / "docs" / "exit-codes.md").read_text()
     for code in ("0", "1", "2", "3", "130"):
         assert f"| {code} " in doc
+    # the rows' newer clauses, each exercised elsewhere: late signals (test_late_signals.py), watch's
+    # codes, --force, a live or early-killed run (test_fuzz_hardening.py)
+    for clause in ("SIGTERM counts as Ctrl-C: 130, not 143", "never CMD's own code", "unless\n`--force`",
+                   "is still in progress", "killed before its first `facts.json`"):
+        assert clause in doc, clause
     assert "docs/exit-codes.md" in (REPO / "README.md").read_text()
 
 

@@ -92,7 +92,7 @@ def load_or_refuse(data) -> Facts | None:
         return None
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(mutated_facts())
 def test_mutated_facts_load_or_are_refused_and_every_writer_survives(data) -> None:
     facts = load_or_refuse(data)
@@ -101,7 +101,7 @@ def test_mutated_facts_load_or_are_refused_and_every_writer_survives(data) -> No
     check_sinks(facts)
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(values)
 def test_any_json_document_is_a_facts_file_or_a_one_line_error(doc) -> None:
     with tempfile.TemporaryDirectory() as d:

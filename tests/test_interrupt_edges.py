@@ -74,9 +74,16 @@ def test_a_probe_that_fails_makes_the_run_incomplete(micro_llama, tmp_path, monk
     rc = cli.main(["diagnose", "--no-tui", "--device", "cpu", "--model", micro_llama, "--probes", "sweep",
                    "--seq-len", "32", "--batch-sizes", "1", "--no-profile", "--out", str(out)])
     assert rc == EXIT_INCOMPLETE
-    err = capsys.readouterr().err
+    cap = capsys.readouterr()
+    err = cap.err
     assert "incomplete: sweep: probe failed: RuntimeError: planted probe failure" in err
     assert "planted probe failure" in (out / "error.log").read_text()
+    # the traceback's frames are error.log's, never the console's
+    assert "Traceback" in (out / "error.log").read_text()
+    assert 'File "' not in cap.out + err and "Traceback" not in cap.out + err
+    said = " ".join((cap.out + err).split())  # the console wraps at 80 columns
+    assert "probe sweep failed: RuntimeError: planted probe failure (traceback in" in said
+    assert str(out / "error.log") in said.replace(" ", "") or "error.log" in said
     assert (out / "report.html").is_file()
 
 

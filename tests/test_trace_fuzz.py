@@ -90,7 +90,7 @@ def _analyse(path: Path, decoder: str) -> None:
                        h.queued_us) >= 0
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(doc=mutated_traces(), decoder=st.sampled_from(["msgspec", "json"]))
 def test_loader_is_total_over_mutated_events(tmp_path_factory, doc, decoder):
     p = tmp_path_factory.mktemp("fz") / "t.json"
@@ -98,7 +98,7 @@ def test_loader_is_total_over_mutated_events(tmp_path_factory, doc, decoder):
     _analyse(p, decoder)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(doc=mutated_traces())
 def test_rules_never_raise_on_what_loads(tmp_path_factory, doc):
     p = tmp_path_factory.mktemp("fr") / "t.json"
@@ -111,7 +111,7 @@ def test_rules_never_raise_on_what_loads(tmp_path_factory, doc):
     assert not errors, errors[0].traceback
 
 
-@settings(max_examples=800, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(data=st.binary(max_size=300))
 def test_loader_is_total_over_bytes(tmp_path_factory, data):
     p = tmp_path_factory.mktemp("fb") / "t.json"
@@ -178,7 +178,9 @@ def test_regressions(tmp_path, case, decoder):
 
 def test_decimal_durations_are_exact(tmp_path):
     p = tmp_path / "t.json"
-    p.write_text(_dump(_with(dict(KERNEL, ts=12345.0, dur=0.001))).replace("12345.0", "17592186044416.001"))
+    # a trace living at 2^44 us (every event: one far from the others is dropped as outside the span)
+    p.write_text(_dump({"traceEvents": [dict(KERNEL, ts=12345.0, dur=0.001), dict(KERNEL, ts=23456.0, dur=2.0)]})
+                 .replace("12345.0", "17592186044416.001").replace("23456.0", "17592186044417.5"))
     t = load_trace(p)
-    row = int(np.argmax(t.ops.start_ns))
+    row = int(np.argmin(t.ops.start_ns))
     assert int(t.ops.start_ns[row]) == int(Decimal(2**44) * 1000) + 1 and int(t.ops.dur_ns[row]) == 1

@@ -119,7 +119,7 @@ def test_the_sitecustomize_runs_a_sitecustomize_it_shadows(tmp_path):
     assert (p.returncode, p.stdout.strip(), p.stderr) == (0, "ran", "")
 
 
-def test_a_script_that_fails_keeps_its_steps_and_its_exit_code(micro_llama, tmp_path):
+def test_a_script_that_fails_keeps_its_steps_and_says_its_exit_code(micro_llama, tmp_path):
     script = tmp_path / "fails.py"
     script.write_text(
         "import sys, torch\nfrom gcdoctor.models import build_model, load_spec\n"
@@ -128,7 +128,9 @@ def test_a_script_that_fails_keeps_its_steps_and_its_exit_code(micro_llama, tmp_
         "for _ in range(3):\n    model(input_ids=ids, labels=ids).loss.backward(); opt.step(); opt.zero_grad()\n"
         "raise RuntimeError('the job failed')\n")
     p = watch(tmp_path, sys.executable, str(script), micro_llama, profile="")
-    assert p.returncode == 1 and "RuntimeError: the job failed" in p.stderr
+    # 1 is --fail-on's: the script's failure is an incomplete watched run (3), its own code said
+    assert p.returncode == 3 and "RuntimeError: the job failed" in p.stderr
+    assert "gcdoctor watch: the command exited with 1: the watched run is incomplete (exit 3)" in p.stderr
     facts = Facts.load(tmp_path / "run" / "facts.json")
     assert len(facts.watch.steps) == 3
     assert facts.settings.error == "RuntimeError('the job failed')"

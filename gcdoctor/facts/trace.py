@@ -159,6 +159,10 @@ class TraceMetrics:
     setup_only: bool | None = None  # the trace holds one-time setup and no steady-state step
     setup_reason: str = ""
     notes: list[str] = field(default_factory=list)
+    # events of the trace left out as impossible or unplaceable (no ts, ts 0 among real timestamps,
+    # a duration of days...): their count, and the count by reason; every window of one trace says it
+    dropped_events: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass

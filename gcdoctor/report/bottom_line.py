@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from gcdoctor.engine import CONFIGURATION, EXPERIMENT, SEVERITY_ORDER, Verdict
 from gcdoctor.facts import Facts
+from gcdoctor.report.format import term_safe
 
 MAX_LINES = 12
 WIDTH = 80
@@ -40,10 +41,13 @@ class Row:
     title: bool = False  # the first row: "Bottom line: <what ran where>"
 
     def render(self, width: int = WIDTH) -> str:
+        # one row is one line: a newline or a control character inside a name (a device called
+        # "H200\n  ok   ...") must not forge a row of its own
+        text = " ".join(term_safe(self.text).replace("\t", " ").split("\n"))
         if self.title:
-            return self.text[:width]
+            return text[:width]
         head = "" if self.cont else self.mark
-        return f"  {head:<4} {self.text}"[:width]
+        return f"  {head:<4} {text}"[:width]
 
 
 def _wrap(mark: str, text: str, key: tuple[str, str] | None, width: int, max_rows: int = 2) -> list[Row]:

@@ -16,8 +16,10 @@ VARIANT_COLORS = {"no_gc": "#D55E00", "gc": "#0072B2", "none": "#D55E00", "layer
 
 
 def esc(text: object) -> str:
-    """HTML/SVG-escape anything (quotes included, so it is safe in attributes too)."""
-    return html.escape("" if text is None else str(text), quote=True)
+    """HTML/SVG-escape anything (quotes included, so it is safe in attributes too); control
+    characters and bidi overrides (text that reads differently from what it is) are dropped."""
+    from gcdoctor.report.format import term_safe
+    return html.escape("" if text is None else term_safe(text), quote=True)
 
 
 def color_for(name: str, index: int) -> str:

@@ -334,8 +334,12 @@ class _Reader:
             raise UserError(f"{path}: is a directory, not a trace file") from None
         except OSError as exc:
             raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
-        magic = self.raw.read(2)
-        self.raw.seek(0)
+        try:
+            magic = self.raw.read(2)
+            self.raw.seek(0)
+        except OSError as exc:  # /proc/self/mem, a device that refuses reads, a pipe that cannot seek
+            self.raw.close()
+            raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
         self.gzip = magic == b"\x1f\x8b"
         self.fh: IO[bytes] = gzip.GzipFile(fileobj=self.raw, mode="rb") if self.gzip else self.raw
         self.eof = False
@@ -397,6 +401,17 @@ DROP_NO_TS = "no numeric ts"
 DROP_BAD_TS = "ts not a finite number within +-1.4e17 s"
 DROP_NEG_DUR = "negative dur"
 DROP_BAD_DUR = "dur not a finite number within 1.4e17 s"
+DROP_OUTSIDE = "ts far outside the trace's span"
+DROP_TOO_LONG = "dur longer than the trace could hold"
+
+# Impossible events (a ts of 0 among real timestamps, a duration of days): dropped and counted by
+# `_impossible`, so that one of them cannot decide a verdict.
+MAX_EVENT_NS = 86_400 * 10**9  # no profiled op, call or range lasts a day (a trace that long cannot be held)
+SPLIT_MIN_NS = 10**9  # a gap under a second never splits a trace
+SPLIT_FACTOR = 100  # ...and one that splits it is 100 times longer than the events' own spread
+MINORITY = 0.01  # what is cut off is at most this share of the events (at least 2 events)
+LONG_FACTOR = 1000  # an event 1000 times longer than the spread of every start (and over a minute)
+LONG_MIN_NS = 60 * 10**9
 
 
 def _finite(v: Any) -> bool:
@@ -612,6 +627,7 @@ class _Builder:
         runtime = self._cat("rt", RuntimeCalls)
         cpu_ops = self._cat("cpu", CpuOps)
         ranges = self._cat("ann", Ranges)
+        self._drop_impossible((ops, runtime, cpu_ops, ranges), ("device", "runtime", "cpu_op", "annotation"))
         for t in (ops, runtime, cpu_ops, ranges):
             if len(t):
                 t.take(np.argsort(t.start_ns, kind="stable"))
@@ -622,6 +638,34 @@ class _Builder:
                            metadata=metadata, device_kind=self._device_kind(runtime, len(ops)),
                            event_count=self.event_count, skipped=dict(self.skipped), dropped=dict(self.dropped),
                            dropped_examples=dict(self.dropped_examples), profiler_ranges=self.profiler_ranges)
+
+    def _drop_impossible(self, tables: tuple, kinds: tuple[str, ...]) -> None:
+        """Drop (and count, by reason) events whose times are impossible against the rest of the
+        trace: outside its span (ts 0 among real timestamps, a kernel hours before the process's
+        other events) or longer than it could hold (a day, or 1000 times the spread of all starts)."""
+        starts = np.concatenate([t.start_ns for t in tables])
+        if not len(starts):
+            return
+        lo, hi = _main_span(starts)
+        spread = max(hi - lo, 0)
+        too_long = max(LONG_FACTOR * spread, LONG_MIN_NS)
+        for t, kind in zip(tables, kinds):
+            if not len(t):
+                continue
+            outside = (t.start_ns < lo) | (t.start_ns > hi)
+            long = ~outside & ((t.dur_ns >= MAX_EVENT_NS) | (t.dur_ns > too_long))
+            for mask, why in ((outside, DROP_OUTSIDE), (long, DROP_TOO_LONG)):
+                n = int(mask.sum())
+                if not n:
+                    continue
+                self.dropped[why] += n
+                if why not in self.dropped_examples:
+                    name = self.names[int(t.name_id[np.flatnonzero(mask)[0]])]
+                    name = name if len(name) <= 80 else name[:77] + "..."
+                    self.dropped_examples[why] = f"{kind} event {name!r}"
+            bad = outside | long
+            if bad.any():
+                t.take(np.flatnonzero(~bad))
 
     def _device_kind(self, runtime: RuntimeCalls, n_ops: int) -> str | None:
         """The prefix of the most frequent runtime category ("cuda_runtime" -> "cuda"); ROCm writes
@@ -660,6 +704,31 @@ class _Builder:
         ops.host_mem[copies] = mems
 
 
+def _main_span(starts: np.ndarray) -> tuple[int, int]:
+    """[first, last] start of the trace's main body: the starts left after cutting off, again and
+    again, a few events (at most 1 %, or 2) separated from all the others by a gap over a second
+    and 100 times the others' own spread. Two recorded windows of a trace both stay; a stray ts of
+    0 among timestamps of hours does not."""
+    s = np.sort(starts)
+    a, b = 0, len(s) - 1  # the kept run s[a..b]
+    while b > a:
+        n = b - a + 1
+        small = max(2, int(MINORITY * n))
+        gaps = np.diff(s[a:b + 1])
+        i = int(np.argmax(gaps))
+        g = int(gaps[i])
+        left, right = i + 1, n - i - 1  # events before and after the gap
+        rest = (s[b] - s[a + i + 1]) if left <= right else (s[a + i] - s[a])
+        if g <= SPLIT_MIN_NS or g <= SPLIT_FACTOR * max(int(rest), 0) or min(left, right) > small \
+                or left == right:
+            break
+        if left < right:
+            a += left
+        else:
+            b -= right
+    return int(s[a]), int(s[b])
+
+
 def _join_launches(op_corr: np.ndarray, rt_corr: np.ndarray) -> np.ndarray:
     """Row of the runtime call with the same correlation id as each device op, -1 if none."""
     out = np.full(len(op_corr), -1, dtype=np.int64)
@@ -689,10 +758,13 @@ def _parse_head(path: Path, head: bytes) -> dict[str, Any]:
     if text.startswith(b"\xef\xbb\xbf"):
         text = text[3:].lstrip()
     body = text[1:].rstrip(_WS).rstrip(b",")
+    doc = b"{" + body + b"}"
     try:
-        meta = json.loads(b"{" + body + b"}")
+        meta = json.loads(doc)
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise UserError(f"{path}: malformed JSON before traceEvents") from None
+    except RecursionError:
+        raise UserError(f"{path}: {_deep_field(doc, 'before traceEvents', head.find(b'{'))}") from None
     return meta if isinstance(meta, dict) else {}
 
 
@@ -709,6 +781,8 @@ def _parse_tail(path: Path, tail: bytes, offset: int) -> dict[str, Any]:
         raise UserError(f"{path}: malformed JSON after traceEvents at byte {offset + lead}")
     try:
         meta = json.loads(b"{" + text[1:])
+    except RecursionError:
+        raise UserError(f"{path}: {_deep_field(b'{' + text[1:], 'after traceEvents', offset + lead)}") from None
     except json.JSONDecodeError as exc:
         if exc.msg.startswith("Expecting") and exc.pos >= len(text) - 2:
             raise UserError(f"{path}: truncated trace (the top-level object is not closed)") from None
@@ -819,6 +893,34 @@ def _add(builder: _Builder, events: list, text: bytes, exact: Callable) -> None:
 
 
 MAX_DEPTH = 64  # deeper than any field torch writes; past the decoders' recursion it is refused
+
+
+def _deep_field(doc: bytes, where: str, offset: int) -> str:
+    """The one-line refusal of top-level metadata (`doc`, a JSON object whose byte 1 is byte
+    `offset` + 1 of the file) nested too deeply to decode: which field, and where it gets too deep."""
+    depth, in_str, esc, key_start, last_key = 0, False, False, -1, ""
+    for i, ch in enumerate(doc):
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == 0x5C:
+                esc = True
+            elif ch == 0x22:
+                in_str = False
+                if depth == 1 and key_start >= 0:
+                    last_key = doc[key_start:i].decode("utf-8", "replace")[:80]
+            continue
+        if ch == 0x22:
+            in_str = True
+            key_start = i + 1 if depth == 1 else -1
+        elif ch in (0x7B, 0x5B):
+            depth += 1
+            if depth > MAX_DEPTH:
+                return (f"metadata {where}: field {last_key!r} is nested more than {MAX_DEPTH} levels deep "
+                        f"(at byte {max(offset + i, 0)}), too deep to decode")
+        elif ch in (0x7D, 0x5D):
+            depth -= 1
+    return f"metadata {where} is nested too deeply to decode"
 
 
 def _deep_event(text: bytes, before: int) -> str:

@@ -245,7 +245,8 @@ def compute_metrics(tables: TraceTables, windows: Iterable[str] | None = None, *
     out: dict[str, TraceMetrics] = {}
     for w in found:
         m = TraceMetrics(source=src, window=w.name, device_kind=t.device_kind, window_source=w.source,
-                         range_count=w.range_count, short_gap_threshold_us=short_gap_us, notes=list(notes))
+                         range_count=w.range_count, short_gap_threshold_us=short_gap_us, notes=list(notes),
+                         dropped_events=sum(t.dropped.values()), dropped=dict(t.dropped))
         _host_metrics(m, host, w)
         if view is None:
             m.device_unavailable = device_unavailable_reason(t)

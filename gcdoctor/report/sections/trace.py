@@ -32,6 +32,13 @@ def _tables(facts: Facts) -> list[Table]:
 def _notes(facts: Facts) -> list[str]:
     reasons = sorted({t.device_unavailable for t in facts.trace.values() if t.device_unavailable})
     out = [f"Device metrics unavailable: {r}" for r in reasons]
+    for key, t in facts.trace.items():
+        n = getattr(t, "dropped_events", 0)
+        if "|" not in key and isinstance(n, int) and n > 0:
+            why = "; ".join(f"{c:,} with {r}" for r, c in sorted((t.dropped or {}).items(), key=lambda kv: -kv[1])
+                            if isinstance(c, int))
+            out.append(f"{key}: {n:,} impossible or unplaceable events left out of the trace"
+                       + (f" ({why})" if why else ""))
     sources = sorted({t.source for t in facts.trace.values() if t.source})
     if sources:
         out.append("Traces (open in ui.perfetto.dev): " + ", ".join(sources))
