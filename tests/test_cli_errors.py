@@ -116,4 +116,4 @@ def test_monitor_rejects_a_zero_rate_instead_of_running_forever(capsys):
 
     assert main(["monitor", "--telemetry-hz", "0", "--seconds", "1", "--no-tui"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["gcdoctor: error: gcdoctor monitor: argument --telemetry-hz: 0 must be a finite number above 0"]
+    assert err == ["gcdoctor: error: gcdoctor monitor: argument --telemetry-hz: 0: use a rate from 0.01 to 1000 Hz"]
