@@ -227,10 +227,15 @@ def worker(work_path: str) -> int:
     session = Session(cfg)
     session.bus.subscribe(session.rundir.on_event)
     ctx = ProbeContext(session)
+    session.current_probe = "allocator"
+    from gcdoctor.events import PhaseTimed, process_age_s
+    startup = process_age_s()
+    if startup is not None:  # imports and device set-up of this fresh process
+        session.bus.emit(PhaseTimed("allocator", "start-up", startup, "fresh process"))
     variant = work["variant"]
     measured: list[Measurement] = []
     with session.backend.tracking():
-        model = ctx.build_model()
+        model = ctx.build_model(init=work.get("init", "fast"))  # values do not matter for fit and time
         if hasattr(session.backend, "track"):
             session.backend.track([*model.parameters(), *model.buffers()])
         if variant == "gc":
