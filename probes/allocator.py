@@ -16,6 +16,9 @@ batches with the same training step and returning its measurements as JSON:
 
 Each point is one warm-up step (the optimizer states) and `STEPS` measured ones: enough to meet
 the second step's layout and give a tokens/s, little enough to keep the probe to a few processes.
+The worker builds its model without the random initialisation (WORK.json "init", default
+"fast": models.build_model), since its steps measure memory and time, not learning; it records
+its own start-up and build seconds (PhaseTimed events in its events.jsonl).
 """
 from __future__ import annotations
 
