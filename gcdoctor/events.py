@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -22,6 +23,7 @@ class RunStarted:
     command: str
     settings: dict[str, Any] = field(default_factory=dict)  # model, seq_len, dtype, probes ...
     environment: dict[str, Any] = field(default_factory=dict)
+    startup_s: float | None = None  # from the process's start to this event (imports, device set-up)
 
 
 @dataclass
@@ -83,6 +85,17 @@ class ProbeFinished:
 
 
 @dataclass
+class PhaseTimed:
+    """Seconds one phase of a probe took that no other event times: building a model, analysing a
+    trace (bench/diagnose_phases.py adds these up with the steps' own times)."""
+
+    probe: str
+    phase: str  # "model build" | "trace analysis"
+    seconds: float
+    detail: str = ""
+
+
+@dataclass
 class LogMessage:
     text: str
     level: str = "info"  # info | warning | error
@@ -100,11 +113,23 @@ class RunFinished:
 EVENT_TYPES: dict[str, type] = {
     cls.__name__: cls
     for cls in (RunStarted, ProbeStarted, Progress, StepMeasured, MeasurementRecorded,
-                TelemetrySampled, VerdictIssued, ProbeFinished, LogMessage, RunFinished)
+                TelemetrySampled, VerdictIssued, ProbeFinished, LogMessage, RunFinished, PhaseTimed)
 }
 
 
 _encode = msgspec.json.Encoder().encode
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux /proc), None where unknown."""
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            start_ticks = int(fh.read().rsplit(b")", 1)[1].split()[19])
+        with open("/proc/uptime", "rb") as fh:
+            uptime = float(fh.read().split()[0])
+        return round(uptime - start_ticks / os.sysconf("SC_CLK_TCK"), 2)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
 
 
 def event_to_json(event: Any, wall: float | None = None) -> str:

@@ -166,8 +166,14 @@ def torch_dtype(name: str):
 
 
 def build_model(spec: ModelSpec, dtype: str, device: Any, seed: int = 0,
-                attn_implementation: str = "sdpa", dropout: float | None = None):
-    """A randomly initialised model built directly on `device` (no host copy of 8B weights)."""
+                attn_implementation: str = "sdpa", dropout: float | None = None, init: str = "random"):
+    """A model built directly on `device` (no host copy of 8B weights).
+
+    init "random": the model's own random initialisation (what training starts from). init
+    "fast": built on the meta device, storage allocated on `device` (`to_empty`) and filled with a
+    seeded tile of small normal values (norm weights 1): the same shapes, memory and step time
+    without the initialisation pass, for runs that measure memory and time, not learning; a
+    model with buffers other than the rotary frequencies (recomputed) falls back to "random"."""
     import torch
     import transformers
 
@@ -178,7 +184,54 @@ def build_model(spec: ModelSpec, dtype: str, device: Any, seed: int = 0,
     config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
     config._attn_implementation = attn_implementation
     torch.manual_seed(seed)
+    if init == "fast":
+        model = _build_fast(config, torch_dtype(dtype), device, seed)
+        if model is not None:
+            return model
     with torch.device(device):
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch_dtype(dtype))
+    model.train()
+    return model
+
+
+FILL_TILE = 1 << 16  # distinct values in the fast fill, repeated through each parameter
+
+
+def _build_fast(config: Any, dtype: Any, device: Any, seed: int):
+    import torch
+    import transformers
+
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+    buffers = {name for name, _ in model.named_buffers()}
+    model.to_empty(device=device)
+    with torch.no_grad():
+        for prefix, mod in model.named_modules():
+            if "inv_freq" not in mod._buffers or not hasattr(mod, "rope_type"):
+                continue
+            fn = getattr(mod, "compute_default_rope_parameters", None) if mod.rope_type == "default" else \
+                transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS.get(mod.rope_type)
+            if fn is None:
+                return None
+            inv_freq, _ = fn(mod.config, device=torch.device(device))
+            for name in ("inv_freq", "original_inv_freq"):
+                if mod._buffers.get(name) is not None:
+                    mod._buffers[name].copy_(inv_freq)
+                    buffers.discard(f"{prefix}.{name}" if prefix else name)
+        if buffers:  # a buffer this fill does not know how to compute
+            return None
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        tile = (torch.randn(FILL_TILE, generator=gen) * 0.02).to(device=device, dtype=dtype)
+        for name, p in model.named_parameters():
+            if p.dim() == 1 and "norm" in name:
+                p.fill_(1.0)
+                continue
+            flat = p.view(-1)
+            whole = flat.numel() // FILL_TILE
+            if whole:
+                flat[:whole * FILL_TILE].view(whole, FILL_TILE).copy_(tile.expand(whole, FILL_TILE))
+            rest = flat.numel() - whole * FILL_TILE
+            if rest:
+                flat[whole * FILL_TILE:].copy_(tile[:rest])
     model.train()
     return model

@@ -24,7 +24,8 @@ from gcdoctor.config import RunConfig
 from gcdoctor.engine import evaluate
 from gcdoctor.types import Verdict
 from gcdoctor.errors import RunInterrupted, UserError
-from gcdoctor.events import (EventBus, LogMessage, MeasurementRecorded, ProbeFinished, ProbeStarted, Progress,
+from gcdoctor.events import (EventBus, LogMessage, MeasurementRecorded, PhaseTimed, ProbeFinished, ProbeStarted,
+                             Progress, process_age_s,
                              RunFinished, RunStarted, StepMeasured, TelemetrySampled, VerdictIssued)
 from gcdoctor.facts import Facts, Measurement, ModelInfo, ProfilerOverhead, RunSettings
 from gcdoctor.rundir import RunDirectory, default_run_dir
@@ -87,9 +88,15 @@ class ProbeContext:
             return self.spec
         return models.load_spec(self.session.resolved.model, layers=layers)
 
-    def build_model(self, spec: models.ModelSpec | None = None, dropout: float | None = None):
+    def build_model(self, spec: models.ModelSpec | None = None, dropout: float | None = None, init: str = "random"):
+        """The model on this run's device; init "fast" skips the random initialisation (models.build_model)."""
         spec = spec or self.spec
-        return models.build_model(spec, self.dtype, self.backend.device, seed=self.config.seed, dropout=dropout)
+        t0 = time.monotonic()
+        model = models.build_model(spec, self.dtype, self.backend.device, seed=self.config.seed, dropout=dropout,
+                                   init=init)
+        self.bus.emit(PhaseTimed(self.session.current_probe or "", "model build", time.monotonic() - t0,
+                                 f"{spec.name}, {spec.n_layers} layers, init {init}"))
+        return model
 
     # events -------------------------------------------------------------------------------
     def log(self, text: str, level: str = "info") -> None:
@@ -256,12 +263,16 @@ class ProbeContext:
         except (ImportError, AttributeError):
             self.facts.unavailable[f"trace.{key}"] = "trace analysis unavailable"
             return
+        t0 = time.monotonic()
         try:
             tables = trace.load_trace(path)
             metrics = trace.compute_metrics(tables)
         except UserError as exc:
             self.facts.unavailable[f"trace.{key}"] = str(exc)
             return
+        finally:
+            self.bus.emit(PhaseTimed(self.session.current_probe or key.split("/")[0], "trace analysis",
+                                     time.monotonic() - t0, key))
         for window, tm in metrics.items():
             tm.source = os.path.relpath(path, self.rundir.path)
             self.facts.trace[str(TraceKey(key, window))] = tm
@@ -292,6 +303,7 @@ class Session:
 
         self.config = config
         self.bus = bus or EventBus()
+        self.current_probe: str | None = None  # the probe running now (events name it)
         self.stop_requested = threading.Event()
         from gcdoctor.distributed import DistributedRun
         self.dist = DistributedRun.from_env(config.device)  # under torchrun / --nproc: rank r of N
@@ -409,13 +421,14 @@ class Session:
             "seq_len": self.resolved.seq_len,
             "dtype": self.resolved.dtype, "optimizer": self.config.optimizer,
             "probes": [p.name for p in self.probes], "warmup_steps": self.config.warmup_steps,
-            "measure_steps": self.config.measure_steps}, self.facts.environment.__dict__))
+            "measure_steps": self.config.measure_steps}, self.facts.environment.__dict__, process_age_s()))
         interrupted, error = False, None
         ctx = ProbeContext(self)
         with self._signals(), self.backend.tracking():
             self._start_telemetry()
             try:
                 for probe in self.probes:
+                    self.current_probe = probe.name
                     t0 = time.monotonic()
                     self.bus.emit(ProbeStarted(probe.name, probe.description))
                     try:

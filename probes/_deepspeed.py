@@ -110,6 +110,19 @@ def cpu_adam_status() -> OpStatus:
     return st
 
 
+CPU_ADAM_COMPILE_S = 46.0  # measured: the JIT compile in a full diagnose on a 16-core H200 host
+
+
+def cpu_adam_compile_estimate(cores: int | None = None) -> str:
+    """How long a JIT compile of the CPU Adam op will take, said before it starts: the measured
+    time on a 16-core host, longer with fewer than its 3 compile jobs' worth of cores."""
+    import os
+
+    cores = cores or os.cpu_count() or 1
+    est = CPU_ADAM_COMPILE_S * max(1.0, 3 / max(cores, 1))
+    return f"about {est:.0f} s ({CPU_ADAM_COMPILE_S:.0f} s measured on a 16-core host)"
+
+
 def load_cpu_adam(st: OpStatus) -> OpStatus:
     """Load (compile if needed) the CPU Adam op now, timed, so that the variant's own setup time
     is not the compiler's. Fills `load_s` or `error`."""

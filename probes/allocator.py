@@ -16,6 +16,9 @@ batches with the same training step and returning its measurements as JSON:
 
 Each point is one warm-up step (the optimizer states) and `STEPS` measured ones: enough to meet
 the second step's layout and give a tokens/s, little enough to keep the probe to a few processes.
+The worker builds its model without the random initialisation (WORK.json "init", default
+"fast": models.build_model), since its steps measure memory and time, not learning; it records
+its own start-up and build seconds (PhaseTimed events in its events.jsonl).
 """
 from __future__ import annotations
 
@@ -227,10 +230,15 @@ def worker(work_path: str) -> int:
     session = Session(cfg)
     session.bus.subscribe(session.rundir.on_event)
     ctx = ProbeContext(session)
+    session.current_probe = "allocator"
+    from gcdoctor.events import PhaseTimed, process_age_s
+    startup = process_age_s()
+    if startup is not None:  # imports and device set-up of this fresh process
+        session.bus.emit(PhaseTimed("allocator", "start-up", startup, "fresh process"))
     variant = work["variant"]
     measured: list[Measurement] = []
     with session.backend.tracking():
-        model = ctx.build_model()
+        model = ctx.build_model(init=work.get("init", "fast"))  # values do not matter for fit and time
         if hasattr(session.backend, "track"):
             session.backend.track([*model.parameters(), *model.buffers()])
         if variant == "gc":

@@ -323,10 +323,12 @@ class _DeepSpeedState:
         if not st.prebuilt:
             # a step of its own, shown live (console and TUI): a JIT compile takes a minute or more,
             # and the install-time build (DS_BUILD_CPU_ADAM=1, the README's set-up) avoids it
-            self.ctx.progress("offload", ZERO2, message=(
-                "loading DeepSpeed's CPU Adam op (JIT-cached)" if st.cached else
-                "compiling DeepSpeed's CPU Adam op (first use, a minute or more; cached afterwards; "
-                "DS_BUILD_CPU_ADAM=1 at install time avoids it)"))
+            what = ("loading DeepSpeed's CPU Adam op (JIT-cached)" if st.cached else
+                    f"compiling DeepSpeed's CPU Adam op now: {_deepspeed.cpu_adam_compile_estimate()} (first use; "
+                    "cached afterwards; DS_BUILD_CPU_ADAM=1 at install time avoids it)")
+            self.ctx.progress("offload", ZERO2, message=what)
+            if not st.cached:
+                self.ctx.log(what, "warning")
         _deepspeed.load_cpu_adam(st)
         f.cpu_adam_load_s = st.load_s
         if not st.prebuilt:

@@ -107,38 +107,59 @@ class Cover:
         if n:
             # ties at the same start: the op launched first decides (the least host wait)
             order = np.lexsort((launch_ns, starts))
-            s, e, ln = starts[order], ends[order], launch_ns[order]
-            reach = np.maximum.accumulate(e)
+            s = starts[order]
+            reach = np.maximum.accumulate(ends[order])
             new = np.empty(n, dtype=bool)
             new[0] = True
-            new[1:] = s[1:] > reach[:-1]
+            np.greater(s[1:], reach[:-1], out=new[1:])
             first = np.flatnonzero(new)
-            last = np.append(first[1:] - 1, n - 1)
-            self.s, self.e = s[first], reach[last]
-            self.next_launch = ln[first]  # launch of the op opening each segment
+            del new
+            last = np.empty(len(first), dtype=np.int64)
+            last[:-1] = first[1:] - 1
+            last[-1] = n - 1
+            m = len(first)
+            # gaps: g[k] = (end of segment k-1, start of segment k), k = 0..m; the first starts at
+            # NEG, the last ends at POS. The segments are views of them (s = g1[:-1], e = g0[1:]).
+            self.g0 = np.empty(m + 1, I64)
+            self.g0[0] = NEG
+            np.take(reach, last, out=self.g0[1:])
+            del reach, last
+            self.g1 = np.empty(m + 1, I64)
+            self.g1[-1] = POS
+            np.take(s, first, out=self.g1[:-1])
+            del s
+            nl = np.empty(m + 1, I64)
+            nl[-1] = NEG
+            np.take(launch_ns[order], first, out=nl[:-1])  # launch of the op opening each segment
             self.next_index = order[first]  # that op's index in the input arrays
             if tags is not None:
                 self.next_tag = tags[order][first]
         else:
-            self.s = self.e = self.next_launch = self.next_index = np.zeros(0, I64)
+            self.g0 = np.array([NEG], I64)
+            self.g1 = np.array([POS], I64)
+            nl = np.array([NEG], I64)
+            self.next_index = np.zeros(0, I64)
             if tags is not None:
                 self.next_tag = np.zeros(0, I64)
+        self.s, self.e, self.next_launch = self.g1[:-1], self.g0[1:], nl[:-1]
         lengths = self.e - self.s
-        self.cum = np.concatenate([[0], np.cumsum(lengths)]).astype(I64)
-        # gaps: g[k] = (end of segment k-1, start of segment k), k = 0..m; the first starts at NEG,
-        # the last ends at POS
-        self.g0 = np.concatenate([[NEG], self.e]).astype(I64)
-        self.g1 = np.concatenate([self.s, [POS]]).astype(I64)
+        self.cum = np.empty(len(lengths) + 1, I64)
+        self.cum[0] = 0
+        np.cumsum(lengths, out=self.cum[1:])
+        del lengths
         glen = self.g1 - self.g0
-        nl = np.concatenate([self.next_launch, [NEG]]).astype(I64)
         cls = np.full(len(glen), OTHER, dtype=np.int8)
         host = nl > self.g0
         cls[(glen < short_ns) & ~host] = SHORT_GAP
         cls[host] = HOST_WAIT
         cls[0] = cls[-1] = OTHER  # never fully inside a window; clipped separately
         self.gap_cls = cls
-        self.gap_cum = [np.concatenate([[0], np.cumsum(np.where(cls == c, glen, 0)[1:-1])]).astype(I64)
-                        for c in (HOST_WAIT, SHORT_GAP, OTHER)]
+        inner = glen[1:-1]
+        self.gap_cum = []
+        for c in (HOST_WAIT, SHORT_GAP, OTHER):
+            cum = np.zeros(max(len(glen) - 1, 1), I64)
+            np.cumsum(np.where(cls[1:-1] == c, inner, 0), out=cum[1:len(inner) + 1])
+            self.gap_cum.append(cum)
         self.gap_next_launch = nl
 
     def upto(self, t: np.ndarray) -> np.ndarray:

@@ -12,6 +12,13 @@ How, and why this way (measured on a 215 MB trace, see docs/benchmarks.md):
 - A cut inside a string or an object makes the chunk fail to decode at its very end; the chunk
   is then extended to a later boundary. A decode error anywhere else is a malformed file.
 - Without msgspec the standard library's json decodes the chunks (same results, slower).
+- Tabling a chunk: the common case (every event placeable, float timestamps, integer ids) takes
+  each field of a category's events in one list pass straight into a column; anything else goes
+  the general way, event by event, with the same result.
+- With a core to spare (parallel_ok), a forked helper process decodes and tables every other
+  chunk while this one does the next; its columns are merged in file order, so the tables are
+  the same as from one process. Any chunk the helper cannot table the common way comes back
+  undone and is read again here.
 
 Every input a user can get wrong raises UserError with one line naming the file.
 """
@@ -19,12 +26,15 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
+import sys
+import threading
 import zlib
 from collections import Counter
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
-from typing import IO, Any, Callable, Optional, Union
+from typing import IO, Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
@@ -39,7 +49,7 @@ try:  # optional fast decoder; the stdlib path gives identical tables
 except ImportError:  # pragma: no cover - exercised by forcing decoder="json" in the tests
     msgspec = None
 
-BLOCK_BYTES = 8 << 20  # read size; a chunk is about one block
+BLOCK_BYTES = 1 << 20  # read size; a chunk is about one block (8 MB: same speed, 20 MB more memory)
 HEAD_LIMIT_BYTES = 64 << 20  # traceEvents must start within this many bytes
 TAIL_LIMIT_BYTES = 64 << 20  # metadata after the traceEvents array
 EXACT_FLOAT_US = float(2**43)  # below this a float64 resolves 3-decimal microseconds to the ns
@@ -119,18 +129,22 @@ def parse_copy_name(name: str, kind: int) -> tuple[int, int]:
 
 # -- decoding --------------------------------------------------------------------------------
 
-class _Trailing(Exception):
+class _Signal(Exception):
+    """A decoder's finding about a chunk, handled by the reading loop."""
+
+
+class _Trailing(_Signal):
     """The JSON array ended before the end of the decoded text, at `end` (exclusive)."""
 
     def __init__(self, end: int):
         self.end = end
 
 
-class _AtEnd(Exception):
+class _AtEnd(_Signal):
     """Decoding failed at the very end of the text: a cut inside a value, or a truncated file."""
 
 
-class _Malformed(Exception):
+class _Malformed(_Signal):
     def __init__(self, pos: int | None, msg: str):
         self.pos, self.msg = pos, msg
 
@@ -206,7 +220,7 @@ def _events_from_dicts(items: Any) -> list[_Ev]:
     return out
 
 
-class _Deep(Exception):
+class _Deep(_Signal):
     """A value nested deeper than the decoders recurse."""
 
 
@@ -261,7 +275,10 @@ def _make_msgspec_decoders() -> tuple[Callable[[bytes], list], Callable[[bytes],
                     # valid JSON that msgspec refuses (a lone surrogate escape, an integer of thousands
                     # of digits): the standard library reads it
                     return fallback(text)
-                raise err from None
+                try:
+                    raise err from None
+                finally:  # no cycle error -> traceback -> this frame -> error: the chunk and its
+                    del err  # decoded events are freed at once, not at the next garbage collection
             except RecursionError:
                 raise _Deep() from None
         return decode
@@ -448,6 +465,22 @@ def _ns(values: list[Any], exact: bool) -> np.ndarray:
     return whole.astype(np.int64) * 1000 + np.rint((f - whole) * 1000).astype(np.int64)
 
 
+def _ns_float(f: np.ndarray) -> np.ndarray:
+    """_ns of float microseconds already checked to be finite and below 2^43."""
+    whole = np.floor(f)
+    return whole.astype(np.int64) * 1000 + np.rint((f - whole) * 1000).astype(np.int64)
+
+
+_NO_ARGS = _EvArgs(None, None, None, None)
+
+
+def _i64_opt(values: list) -> np.ndarray:
+    """int64 column of optional integers: None, or a value beyond 64 bits, reads as -1."""
+    if None in values:
+        values = [-1 if v is None else v for v in values]
+    return _i64(values, -1)
+
+
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 
 
@@ -475,7 +508,7 @@ class _Builder:
         self.profiler_ranges = 0  # cuda_profiler_range events (CUPTI range profiler, no kernel timing)
         self.event_count = 0
 
-    def _intern(self, names: list[str]) -> np.ndarray:
+    def _intern(self, names: Sequence[str]) -> np.ndarray:
         ids = self.name_ids
         for n in set(names):
             if n not in ids:
@@ -486,7 +519,7 @@ class _Builder:
                 except UnicodeEncodeError:  # a lone surrogate escape ("\ud800"): no writer could encode it
                     clean = n.encode("utf-8", "replace").decode("utf-8")
                 self.names.append(clean)
-        return np.array([ids[n] for n in names], dtype=np.int32)
+        return np.fromiter(map(ids.__getitem__, names), dtype=np.int32, count=len(names))
 
     def _ints(self, values: list[Any]) -> np.ndarray:
         try:
@@ -542,6 +575,99 @@ class _Builder:
             raise
 
     def _add(self, events: list, exact: bool) -> None:
+        if not exact and self._add_columns(events):
+            return
+        self._add_events(events, exact)
+
+    def _add_columns(self, events: list) -> bool:
+        """The common case in one pass per field: every event of a tabled category placeable, float
+        timestamps below 2^43 us, integer ids. Tables nothing and returns False otherwise (the
+        general path, _add_events, then gives the same tables)."""
+        by_cat: dict[Any, list] = {}
+        for e in events:
+            if e.ph == "X":
+                lst = by_cat.get(e.cat)
+                if lst is None:
+                    lst = by_cat[e.cat] = []
+                lst.append(e)
+        buckets: list[list] = [[], [], [], [], []]
+        kinds: list[list[np.ndarray]] = [[], [], [], [], []]
+        skipped: Counter = Counter()
+        rt_cats: Counter = Counter()
+        ranges = 0
+        for c, lst in by_cat.items():
+            k = self.cats.get(c)
+            if k is None:
+                k = self.cats[c] = _classify(c)
+            if k[0] == _PROFILER_RANGE:
+                ranges += len(lst)
+            if k[0] < 0:
+                skipped[c] += len(lst)
+                continue
+            buckets[k[0]].extend(lst)
+            kinds[k[0]].append(np.full(len(lst), k[1], dtype=np.int8))
+            if k[0] == _RT:
+                rt_cats[c] += len(lst)
+        staged: list[tuple[str, dict[str, np.ndarray]]] = []
+        for b, group in enumerate(buckets):
+            if not group:
+                continue
+            ts = [e.ts for e in group]
+            dur = [e.dur for e in group]
+            pid = [e.pid for e in group] if b != _RT and b != _CPU else None
+            tid = [e.tid for e in group]
+            name = [e.name for e in group]
+            args = [e.args for e in group]
+            if None in ts:
+                return False
+            try:
+                f = np.array(ts, dtype=np.float64)
+                d = np.array(dur, dtype=np.float64)
+                pids = np.array(pid, dtype=np.int64) if pid is not None else None
+                tids = np.array(tid, dtype=np.int64)
+            except (TypeError, ValueError, OverflowError):  # a string or huge id, a Decimal
+                return False
+            if not (bool((np.abs(f) < EXACT_FLOAT_US).all()) and bool((d >= 0).all())
+                    and bool((d < EXACT_FLOAT_US).all())):
+                return False  # nan, negative, too large for nanoseconds in a float: the general path
+            if b != _ANN and b != _GANN and None in args:
+                args = [_NO_ARGS if a is None else a for a in args]
+            start, length = _ns_float(f), _ns_float(d)
+            if b == _DEV:
+                corr = [a.correlation for a in args]
+                stream = [a.stream for a in args]
+                nbytes = [a.nbytes for a in args]
+                if None in stream:
+                    stream = [t if s is None else s for s, t in zip(stream, tid)]
+                try:
+                    stream_col = np.array(stream, dtype=np.int64)
+                except (TypeError, ValueError, OverflowError):
+                    return False
+                staged.append(("dev", dict(
+                    kind=np.concatenate(kinds[_DEV]), start_ns=start, dur_ns=length, device=pids,
+                    stream=stream_col, correlation=_i64_opt(corr), nbytes=_i64_opt(nbytes), name_id=name)))
+            elif b == _RT:
+                corr = [a.correlation for a in args]
+                staged.append(("rt", dict(
+                    start_ns=start, dur_ns=length, tid=tids, correlation=_i64_opt(corr), name_id=name,
+                    driver=np.concatenate(kinds[_RT]) == 1)))
+            elif b == _CPU:
+                seq = [a.seq for a in args]
+                staged.append(("cpu", dict(start_ns=start, dur_ns=length, tid=tids, name_id=name,
+                                           seq=_i64_opt(seq))))
+            else:
+                staged.append(("ann", dict(start_ns=start, dur_ns=length, pid=pids, tid=tids, name_id=name,
+                                           on_device=np.full(len(group), b == _GANN, dtype=np.bool_))))
+        for table, cols in staged:
+            cols["name_id"] = self._intern(cols["name_id"])
+            self._put(table, **cols)
+        self.profiler_ranges += ranges
+        self.event_count += len(events)
+        self.skipped.update(skipped)
+        self.runtime_cats.update(rt_cats)
+        return True
+
+    def _add_events(self, events: list, exact: bool) -> None:
         by_cat: dict[Any, list] = {}
         for e in events:
             if e.ph == "X":
@@ -609,6 +735,24 @@ class _Builder:
         self.event_count += len(events)
         self.skipped.update(skipped)
         self.runtime_cats.update(rt_cats)
+
+    def part(self) -> tuple:
+        """What a helper process hands back for one chunk (see merge)."""
+        return (list(self.name_ids), self.cols, self.event_count, dict(self.skipped), dict(self.runtime_cats),
+                self.profiler_ranges)
+
+    def merge(self, part: tuple) -> None:
+        """Add a chunk tabled by another _Builder (a helper process), as if added here: its name
+        ids mapped to this builder's, its counters added in the same order."""
+        names, cols, events, skipped, rt_cats, ranges = part
+        remap = self._intern(names) if names else np.zeros(0, dtype=np.int32)
+        for table, tcols in cols.items():
+            for k, arrays in tcols.items():
+                self.cols[table].setdefault(k, []).extend(remap[a] if k == "name_id" else a for a in arrays)
+        self.event_count += events
+        self.skipped.update(skipped)
+        self.runtime_cats.update(rt_cats)
+        self.profiler_ranges += ranges
 
     def _cat(self, table: str, cls: type) -> Any:
         cols = self.cols[table]
@@ -743,6 +887,127 @@ def _join_launches(op_corr: np.ndarray, rt_corr: np.ndarray) -> np.ndarray:
     return out
 
 
+# -- a second decoding process ----------------------------------------------------------------
+
+PARALLEL_MIN_BYTES = 48 << 20  # smaller traces load in one process: a helper would not pay for itself
+_FORK = sys.platform.startswith("linux")  # fork is cheap and safe here (the helper needs no import)
+
+
+def parallel_ok() -> bool:
+    """A helper process pays: Linux (fork), no other thread in this process (a fork copies no
+    thread, and a lock one of them held would stay held), and a core to spare: two CPUs usable by
+    this process and a load average below their count less one. On a busy machine the two
+    processes wait on each other (measured: slower than one, docs/benchmarks.md)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        load = float(cpus)
+    return _FORK and cpus >= 2 and load < cpus - 1 and threading.active_count() == 1
+
+
+def _big(path: Path, reader: _Reader) -> bool:
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return False
+    return size * (6 if reader.gzip else 1) >= PARALLEL_MIN_BYTES  # gzip: about 6x in these traces
+
+
+def _private_bytes() -> int:
+    """Memory of this process not shared with its parent (Linux), 0 where unknown."""
+    total = 0
+    try:
+        with open("/proc/self/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith((b"Private_Clean:", b"Private_Dirty:")):
+                    total += int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return 0
+    return total
+
+
+def _helper_main(conn: Any, decoder: str) -> None:
+    """The helper's loop: decode and table each chunk sent; send back the tabled part, or None
+    when this process should do the chunk itself (a cut inside a value, the end of the array, an
+    event that cannot be placed, a string id, timestamps too large for floats: every rare case).
+    An empty message ends it; it answers with its counts."""
+    decoders = _make_msgspec_decoders() if decoder == "msgspec" else _make_json_decoders()
+    fast = decoders[0] if decoders is not None else None
+    peak = chunks = 0
+    try:
+        while True:
+            text = conn.recv_bytes()
+            if not text:
+                break
+            part = None
+            try:
+                if fast is not None:
+                    b = _Builder()
+                    events = fast(text)
+                    del text
+                    b._add(events, exact=False)
+                    if not (b.dropped or b.str_ids):
+                        part, chunks = b.part(), chunks + 1
+                    peak = max(peak, _private_bytes())  # the decoded chunk is still alive here
+                    del events, b
+            except Exception:  # noqa: BLE001 - whatever it is, the parent decodes the chunk and says
+                part = None
+            conn.send(part)
+            del part
+        conn.send({"helper_chunks": chunks, "helper_private_peak_bytes": peak})
+    except (EOFError, OSError):  # the parent has gone or stopped listening
+        return
+
+
+class _Helper:
+    """A forked process that tables every other chunk while this one tables the next."""
+
+    def __init__(self, decoder: str):
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("fork")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_helper_main, args=(child, decoder), daemon=True)
+        self.proc.start()
+        child.close()
+        self.alive = True
+
+    def send(self, text: bytes) -> None:
+        try:
+            self.conn.send_bytes(text)
+        except OSError:
+            self.alive = False
+
+    def result(self) -> tuple | None:
+        if not self.alive:
+            return None
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):
+            self.alive = False
+            return None
+
+    def close(self) -> dict[str, Any] | None:
+        info = None
+        try:
+            if self.alive:
+                self.conn.send_bytes(b"")
+                if self.conn.poll(5):
+                    info = self.conn.recv()
+        except (EOFError, OSError):
+            pass
+        self.conn.close()
+        self.proc.join(5)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join()
+        return info if isinstance(info, dict) else None
+
+
 # -- the file --------------------------------------------------------------------------------
 
 def _describe_start(b: bytes) -> str:
@@ -793,10 +1058,14 @@ def _parse_tail(path: Path, tail: bytes, offset: int) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
-def load_trace(path: str | Path, *, decoder: str = "auto", block_bytes: int = BLOCK_BYTES) -> TraceTables:
+def load_trace(path: str | Path, *, decoder: str = "auto", block_bytes: int = BLOCK_BYTES,
+               workers: int | None = None) -> TraceTables:
     """Load a torch.profiler Chrome trace (.json or .json.gz; gzip is recognised by content).
 
     decoder: "auto" (msgspec when installed), "msgspec" or "json" (standard library).
+    workers: processes that decode (1 or 2); None picks 2 for a large file where a second core
+    is free to this process and none of its threads could be caught by a fork (parallel_ok).
+    The tables are the same either way.
     Raises UserError for anything that is not a readable torch.profiler trace.
     """
     path = Path(path)
@@ -807,13 +1076,36 @@ def load_trace(path: str | Path, *, decoder: str = "auto", block_bytes: int = BL
         raise UserError("msgspec is not installed (pip install msgspec), use decoder='json'")
     fast, exact = decoders
     reader = _Reader(path)
+    helper = None
     try:
-        return _load(path, reader, fast, exact, block_bytes)
+        if workers is None:
+            workers = 2 if parallel_ok() and _big(path, reader) else 1
+        if workers > 1 and _FORK:
+            helper = _Helper(decoder)
+        tables = _load(path, reader, fast, exact, block_bytes, helper)
     finally:
         reader.close()
+        info = helper.close() if helper is not None else None
+    tables.load_info = {"processes": 2 if helper is not None else 1, **(info or {})}
+    _return_freed_heap()
+    return tables
 
 
-def _load(path: Path, reader: _Reader, fast: Callable, exact: Callable, block: int) -> TraceTables:
+def _return_freed_heap() -> None:
+    """Give the heap pages the decoded chunks left free back to the OS (glibc's malloc_trim): they
+    are tens of MB after a large trace, which the metrics would otherwise add their peak to."""
+    if not _FORK:  # Linux; malloc_trim is glibc's (musl has none: then nothing happens)
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _load(path: Path, reader: _Reader, fast: Callable, exact: Callable, block: int,
+          helper: "_Helper | None" = None) -> TraceTables:
     # head: everything up to the traceEvents array is metadata
     head = reader.read(block)
     first = head.lstrip(_WS + b"\xef\xbb\xbf")[:8]
@@ -836,19 +1128,49 @@ def _load(path: Path, reader: _Reader, fast: Callable, exact: Callable, block: i
     builder = _Builder()
     tail: bytes | None = None
     need_more = False
+    # a chunk handed to the helper process: (buf before it was cut off, its base, blocks read since);
+    # should the helper not table it, reading goes back to that chunk and this process decodes it
+    pending: tuple[bytes, int, list[bytes]] | None = None
+    local_next = False
     while tail is None:
         if not reader.eof and (need_more or len(buf) < block):
-            buf += reader.read(block)
+            more = reader.read(block)
+            buf += more
             need_more = False
+            if pending is not None:
+                pending[2].append(more)
         final = reader.eof
         cut = None if final else _last_boundary(buf, 0)
         if not final and cut is None:
             need_more = True
             continue
         text = b"[" + buf if final else b"[" + buf[:cut[0]] + b"]"
+        if helper is not None and helper.alive and pending is None and not final and not local_next:
+            helper.send(text)
+            pending = (buf, base, [])
+            buf = buf[cut[1]:]
+            base += cut[1]
+            continue
+        local_next = False
+        err: _Signal | None = None
         try:
             events = fast(text)
+        except _Signal as exc:
+            events, err = None, exc
+        if pending is not None:  # the chunk before this one, at the helper: it comes first
+            part = helper.result() if helper is not None else None
+            if part is None:
+                buf, base = pending[0] + b"".join(pending[2]), pending[1]
+                pending, events, err, need_more, local_next = None, None, None, False, True
+                continue
+            pending = None
+            builder.merge(part)
+            del part
+        try:
+            if err is not None:
+                raise err
         except _Trailing as t:  # the array ends inside this text: what follows is metadata
+            err = None
             try:
                 events = fast(text[:t.end])
             except (_Trailing, _AtEnd, _Malformed):
@@ -863,6 +1185,7 @@ def _load(path: Path, reader: _Reader, fast: Callable, exact: Callable, block: i
         except _Deep:
             raise UserError(f"{path}: {_deep_event(text, builder.event_count)}") from None
         except _AtEnd:
+            err = None
             if final:
                 raise UserError(f"{path}: truncated trace (the traceEvents array is not closed)") from None
             need_more = True  # the cut fell inside a value: take a later boundary

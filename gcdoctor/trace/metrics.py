@@ -60,15 +60,20 @@ class _DeviceView:
         ops = t.ops
         self.mask = ops.device == device
         m = self.mask
-        self.kind = ops.kind[m]
-        self.s = ops.start_ns[m]
-        self.d = ops.dur_ns[m]
+        one = bool(m.all())  # one device (the usual trace): the columns themselves, no copies
+
+        def pick(col: np.ndarray) -> np.ndarray:
+            return col if one else col[m]
+
+        self.kind = pick(ops.kind)
+        self.s = pick(ops.start_ns)
+        self.d = pick(ops.dur_ns)
         self.e = self.s + self.d
-        self.stream = ops.stream[m]
-        self.nbytes = ops.nbytes[m]
-        self.copy_dir = ops.copy_dir[m]
-        self.host_mem = ops.host_mem[m]
-        launch = ops.launch[m]
+        self.stream = pick(ops.stream)
+        self.nbytes = pick(ops.nbytes)
+        self.copy_dir = pick(ops.copy_dir)
+        self.host_mem = pick(ops.host_mem)
+        launch = pick(ops.launch)
         self.joined = launch >= 0
         rt = t.runtime
         self.l_start = np.full(len(launch), iv.NEG, dtype=np.int64)

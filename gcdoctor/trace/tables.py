@@ -142,6 +142,8 @@ class TraceTables:
     dropped: dict[str, int] = field(default_factory=dict)  # events of a tabled category not placeable, by reason
     dropped_examples: dict[str, str] = field(default_factory=dict)  # reason -> the first such event
     profiler_ranges: int = 0  # cuda_profiler_range events (CUPTI range profiler: no per-kernel timing)
+    # how it was read: processes (1, or 2 with a helper), helper_chunks, helper_private_peak_bytes
+    load_info: dict[str, Any] = field(default_factory=dict)
 
     def dropped_note(self) -> str | None:
         """One sentence saying which events could not be placed on the timeline, or None."""
