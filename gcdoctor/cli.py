@@ -474,12 +474,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return code
     a, b = load_run(args.run_a), load_run(args.run_b)
     worse = regressions(compare_rows(a, b), pct)
+    from gcdoctor.report.console import wrap
     if worse:
-        print(f"\nregressions beyond {pct:g}% (B against A):")
+        print(f"\nregressions beyond {pct:g}% in the measurements (B against A):")
         for r in worse:
-            print(f"  {_term(r['group'])}: {_term(r['label'])}: {r['a']:g} -> {r['b']:g} ({r['worse_pct']:+.1f}% worse)")
+            print("\n".join(wrap(f"{_term(r['group'])}: {_term(r['label'])}: {r['a']:g} -> {r['b']:g} "
+                                  f"({r['worse_pct']:+.1f}% worse)", 80, "    ", first="  ")))
         return EXIT_FAIL_ON
-    print(f"\nno regression beyond {pct:g}%")
+    print(f"\nno regression beyond {pct:g}% in the measurements (predictions are not gated on)")
     return code
 
 

@@ -33,6 +33,7 @@ class Column:
     unit: str = ""  # one of UNITS; "" and "text" are shown as they are
     key: bool = False  # the column identifies the row (compare joins rows of A and B on the key columns)
     compare: bool = False  # compare shows this column's values side by side (with the change)
+    predicted: bool = False  # a prediction or what-if, not a measurement: compare reports a change, never gates on it
 
     def __post_init__(self) -> None:
         if self.unit not in UNITS:
@@ -62,6 +63,7 @@ class Key:
     value: Any
     unit: str = "text"
     compare: bool = True
+    predicted: bool = False  # a prediction, not a measurement (see Column.predicted)
 
 
 Plots = Callable[[Facts, "Path | None"], list[tuple[str, str]]]  # [(svg, caption)], HTML only
