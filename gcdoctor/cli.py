@@ -87,7 +87,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="gcdoctor", description="Is gradient checkpointing doing what you think it does?")
     ap.add_argument("--version", action="store_true", help="print the version")
-    sub = ap.add_subparsers(dest="command", parser_class=_Parser)
+    sub = ap.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
 
     d = sub.add_parser("diagnose", help="measure checkpointing on this device and judge it")
     _add_run_args(d)
@@ -378,11 +378,12 @@ def _rule_dict(rule: Any, doc: bool = False) -> dict[str, Any]:
 def cmd_rules(args: argparse.Namespace) -> int:
     from gcdoctor.report.console import output_width, wrap
     from gcdoctor.rules import ALL_RULES
+    rules = sorted(ALL_RULES, key=lambda r: r.code)  # ALL_RULES is in evaluation order
     if args.json:
-        _print_json([_rule_dict(r) for r in ALL_RULES])
+        _print_json([_rule_dict(r) for r in rules])
         return EXIT_OK
     width = output_width()
-    for r in ALL_RULES:
+    for r in rules:
         print("\n".join(wrap(f"{r.code}  {r.slug}: {r.title}", width, " " * 7, first="")))
         th = ", ".join(f"{k}={v:g}" for k, v in r.defaults.items())
         if th:

@@ -1,6 +1,7 @@
 """GC005 gc-unneeded."""
 from __future__ import annotations
 
+from gcdoctor.units import cost_words
 from gcdoctor.engine import Evidence, Rule
 from gcdoctor.facts import Facts
 from gcdoctor.rules._watch import is_watched, memory_headroom
@@ -59,7 +60,7 @@ class GcUnneededRule(Rule):
             off, on = sweep.get("no_gc", b), sweep.get("gc", b)
             overhead = 100.0 * (on.step_ms_median / off.step_ms_median - 1.0)
             ev.append(Evidence(f"GC step-time overhead at batch {b}", overhead, "%"))
-        cost = f" (it costs {overhead:.0f}% step time)" if overhead is not None else ""
+        cost = f" (it {cost_words(overhead, '', sign=False)} step time)" if overhead is not None else ""
         if target is None:
             if best_off is None:
                 return self.passed("Checkpointing is needed: batch 1 does not fit without it", ev)

@@ -39,21 +39,18 @@ class Row:
 
     def render(self, width: int = WIDTH) -> str:
         if self.title:
-            return self.text[:width]
+            return f"  {self.text}" if self.cont else self.text
         head = "" if self.cont else self.mark
-        return f"  {head:<4} {self.text}"[:width]
+        return f"  {head:<4} {self.text}"
 
 
-def _wrap(mark: str, text: str, key: tuple[str, str] | None, width: int, max_rows: int = 2) -> list[Row]:
-    """A text on one row, or wrapped over at most `max_rows` rows (the last one cut with an ellipsis)."""
+def _wrap(mark: str, text: str, key: tuple[str, str] | None, width: int) -> list[Row]:
+    """A text on one row, or wrapped over as many rows as it needs: never cut (a block that does not
+    fit the bottom line's budget is left out whole and counted in the pointer)."""
     avail = width - MARK_WIDTH - 1
     # a number keeps its unit: never a row ending "-21" and the next starting "%)"
     glued = re.sub(r"(?<=\d) (?=%)", "\u00a0", " ".join(text.split()))
-    parts = [p.replace("\u00a0", " ") for p in textwrap.wrap(glued, avail)] or [""]
-    if len(parts) > max_rows:
-        parts = parts[:max_rows]
-        last = parts[-1]
-        parts[-1] = (last[:avail - 1] if len(last) >= avail else last) + "…"
+    parts = [p.replace("\u00a0", " ") for p in textwrap.wrap(glued, avail, break_on_hyphens=False)] or [""]
     return [Row(mark, p, key, cont=i > 0) for i, p in enumerate(parts)]
 
 
@@ -131,10 +128,10 @@ def bottom_line(verdicts: list[Verdict], title: str, problems: list[str] | None 
     for v in fired + errors:
         blocks.append(("fired", _wrap(MARK.get(v.severity, "?"), _text(v), (v.code, v.subject), width)))
     for v in passed:  # the healthy answers ("costs +22 %, saves 67 %") come before advice
-        blocks.append(("ok", _wrap("ok", _text(v), (v.code, v.subject), width, max_rows=1)))
+        blocks.append(("ok", _wrap("ok", _text(v), (v.code, v.subject), width)))
     for v in prescription:
         blocks.append(("use", _wrap("use" if v.status != "inconclusive" else "?", _text(v),
-                                    (v.code, v.subject), width, max_rows=3)))
+                                    (v.code, v.subject), width)))
     for v in findings:
         blocks.append(("dev", _wrap("dev", _text(v), (v.code, v.subject), width)))
     if not fired and not errors and not problems and not passed:
@@ -143,31 +140,36 @@ def bottom_line(verdicts: list[Verdict], title: str, problems: list[str] | None 
             blocks.insert(0, ("healthy", _wrap("ok", f"no problem found in what you train: {codes} passed", None,
                                                width)))
         else:
-            blocks.insert(0, ("healthy", [Row("?", "nothing about your configuration could be judged from what "
-                                                  "was measured")]))
+            blocks.insert(0, ("healthy", _wrap("?", "nothing about your configuration could be judged from "
+                                                    "what was measured", None, width)))
 
-    budget = max_lines - 2  # the title, and the pointer to the rest
-    shown: list[tuple[str, list[Row]]] = []
-    used = 0
-    left_out: dict[str, int] = {}
-    for kind, rows in blocks:
-        if used + len(rows) <= budget:
-            shown.append((kind, rows))
-            used += len(rows)
-        else:
-            left_out[kind] = left_out.get(kind, 0) + 1
+    titles = [Row("", t.strip(), title=True, cont=i > 0) for i, t in enumerate(
+        textwrap.wrap(f"Bottom line: {title}", width, subsequent_indent="  ", break_on_hyphens=False))]
     order = ["problem", "healthy", "fired", "ok", "use", "dev"]
+    while True:
+        budget = max_lines - len(titles) - 1  # the title, and the pointer to the rest
+        shown: list[tuple[str, list[Row]]] = []
+        used = 0
+        left_out: dict[str, int] = {}
+        for kind, rows in blocks:
+            if used + len(rows) <= budget:
+                shown.append((kind, rows))
+                used += len(rows)
+            else:
+                left_out[kind] = left_out.get(kind, 0) + 1
+        # a device finding left out for room counts among the ones "below"
+        shown_dev = {rows[0].key for kind, rows in shown if kind == "dev"}
+        pointer = _pointer(experiments, [v for v in findings if (v.code, v.subject) in shown_dev], left_out)
+        more = _wrap("...", pointer, None, width) if pointer else []
+        if len(titles) + used + len(more) <= max_lines or not shown:
+            break
+        drop = shown[-1]  # the pointer needs a second row: the last block shown makes room
+        blocks = [b for b in blocks if b is not drop]
     shown.sort(key=lambda b: order.index(b[0]))
-    out = [Row("", f"Bottom line: {title}", title=True)]
+    out = list(titles)
     for _, rows in shown:
         out += rows
-    # a device finding left out for room counts among the ones "below"
-    shown_dev = {rows[0].key for kind, rows in shown if kind == "dev"}
-    findings = [v for v in findings if (v.code, v.subject) in shown_dev]
-    pointer = _pointer(experiments, findings, left_out)
-    if pointer:
-        out += _wrap("...", pointer, None, width, max_rows=1)
-    return out
+    return out + more
 
 
 def _pointer(experiments: list[Verdict], findings: list[Verdict], left_out: dict[str, int]) -> str:

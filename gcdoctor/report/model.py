@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from gcdoctor.facts import Facts
+from gcdoctor.units import fmt_bytes
 
 GIB, MIB = 2**30, 2**20
 DASH = "—"
@@ -104,7 +105,7 @@ def format_value(v: Any, unit: str = "") -> str:
     if unit == "int":
         return f"{int(round(x)):,}"
     if unit == "bytes":
-        return f"{x / GIB:,.2f} GiB" if abs(x) >= GIB else f"{x / MIB:,.1f} MiB"
+        return fmt_bytes(x)
     if unit == "pct":
         return f"{x:.1f}%"
     if unit == "pct+":
