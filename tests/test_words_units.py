@@ -85,3 +85,20 @@ def test_rules_are_listed_by_code(capsys):
     assert main(["rules"]) == 0
     codes = re.findall(r"^(GC\d+) ", capsys.readouterr().out, re.M)
     assert codes == sorted(codes) and len(codes) > 20
+
+
+@pytest.mark.parametrize("gc", [True, False])
+def test_the_trainer_example_sets_checkpointing_without_deprecation_warnings(gc, tmp_path):
+    import importlib.util
+    import warnings
+    transformers = pytest.importorskip("transformers")
+    spec = importlib.util.spec_from_file_location("train_with_trainer",
+                                                  SAMPLES / "watch" / "train_with_trainer.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        targs = transformers.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[],
+                                               **mod.checkpointing_args(transformers.TrainingArguments, gc, False))
+    assert [str(w.message) for w in caught if "checkpointing" in str(w.message)] == []
+    assert bool(getattr(targs, "activation_checkpointing", None) or targs.gradient_checkpointing) is gc

@@ -369,18 +369,6 @@ class TelemetrySampler:
         self.path = str(path)
         return self.path
 
-    def write_parquet(self, path: str | Path) -> str:
-        """Same table as write_csv, as parquet; needs pyarrow (raises ImportError without it)."""
-        import pyarrow as pa  # noqa: PLC0415 - optional
-        import pyarrow.parquet as pq  # noqa: PLC0415
-
-        data = self.samples()
-        table = pa.table({"t_monotonic_s": data["t"], "wall_time_s": data["wall"],
-                          **{s: pa.array(data[s], type=pa.float64()) for s in self.series}})
-        pq.write_table(table, str(path))
-        self.path = str(path)
-        return self.path
-
     def facts(self) -> TelemetryFacts:
         """What was measured, what was not and why, and the static description of the devices."""
         unavailable: dict[str, str] = {}
