@@ -108,8 +108,29 @@ def problems_of(facts: Facts) -> list[str]:
     return out
 
 
+UNJUDGED = ": could not be judged: "
+
+
+def unjudged_reasons(facts: Facts, verdicts: list[Verdict]) -> list[tuple[str, str]]:
+    """(code, reason) of the configuration rules that had their data and still could not judge it
+    (step times too noisy, too few steps): the reason the user can act on, unlike a probe not run."""
+    from gcdoctor.rules import find_rule
+    out: list[tuple[str, str]] = []
+    for v in verdicts:
+        if v.scope == EXPERIMENT or v.status != "inconclusive" or UNJUDGED not in v.headline:
+            continue
+        rule = find_rule(v.code)
+        if rule is None or any(facts.get(path) is None for path in rule.requires):
+            continue
+        reason = v.headline.split(UNJUDGED, 1)[1]
+        if all(reason != r for _, r in out):
+            out.append((v.code, reason))
+    return out
+
+
 def bottom_line(verdicts: list[Verdict], title: str, problems: list[str] | None = None,
-                width: int = WIDTH, max_lines: int = MAX_LINES) -> list[Row]:
+                width: int = WIDTH, max_lines: int = MAX_LINES,
+                unjudged: list[tuple[str, str]] | None = None) -> list[Row]:
     """The rows, title first, at most `max_lines` of at most `width` columns."""
     ordered = sorted(verdicts, key=lambda v: (SEVERITY_ORDER.get(v.severity, 9), v.code, v.subject))
     config = [v for v in ordered if v.scope != EXPERIMENT and v.topic != PRESCRIPTION]
@@ -139,6 +160,11 @@ def bottom_line(verdicts: list[Verdict], title: str, problems: list[str] | None 
             codes = ", ".join(sorted({v.code for v in passed_quiet}))
             blocks.insert(0, ("healthy", _wrap("ok", f"no problem found in what you train: {codes} passed", None,
                                                width)))
+        elif unjudged:  # say why: the first reason, and how many rules gave one
+            code, reason = unjudged[0]
+            more = f"; {len(unjudged) - 1} more reasons in the report" if len(unjudged) > 1 else ""
+            blocks.insert(0, ("healthy", _wrap("?", f"nothing about your configuration could be judged: {reason} "
+                                                    f"({code}{more})", None, width)))
         else:
             blocks.insert(0, ("healthy", _wrap("?", "nothing about your configuration could be judged from "
                                                     "what was measured", None, width)))
@@ -191,7 +217,8 @@ def _pointer(experiments: list[Verdict], findings: list[Verdict], left_out: dict
 
 
 def bottom_line_for(facts: Facts, verdicts: list[Verdict], width: int = WIDTH) -> list[Row]:
-    return bottom_line(verdicts, title_of(facts), problems_of(facts), width=width)
+    return bottom_line(verdicts, title_of(facts), problems_of(facts), width=width,
+                       unjudged=unjudged_reasons(facts, verdicts))
 
 
 def bottom_line_text(facts: Facts, verdicts: list[Verdict], width: int = WIDTH) -> str:

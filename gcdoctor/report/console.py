@@ -9,7 +9,7 @@ import textwrap
 
 from gcdoctor.engine import EXPERIMENT, SEVERITY_ORDER, Verdict
 from gcdoctor.facts import Facts
-from gcdoctor.report.bottom_line import MARK, PRESCRIPTION, WIDTH, bottom_line_for
+from gcdoctor.report.bottom_line import MARK, PRESCRIPTION, WIDTH, bottom_line_for, unjudged_reasons
 from gcdoctor.report.format import fit_table, term_safe
 from gcdoctor.report.model import format_value
 from gcdoctor.report.sections.sweep import sweep_rows
@@ -70,7 +70,13 @@ def summary(facts: Facts, verdicts: list[Verdict], report_path: str | None = Non
             lines.append(f"  {TOPIC_TITLE.get(topic, topic)}:")
             for v in vs:
                 lines += wrap(f"{v.code} {v.headline}", width, " " * 15, first=f"    {_mark(v):<4} ")
-    skipped = sorted({v.code for v in verdicts if v.status == "inconclusive" and v.topic != PRESCRIPTION})
+    unjudged = unjudged_reasons(facts, verdicts)
+    if unjudged:
+        lines += ["", "Not judged although measured:"]
+        for code, reason in unjudged:
+            lines += wrap(f"{code} {reason}", width, " " * 7, first="  ?    ")
+    skipped = sorted({v.code for v in verdicts if v.status == "inconclusive" and v.topic != PRESCRIPTION}
+                     - {code for code, _ in unjudged})
     if skipped:
         lines += [""] + wrap(f"Not judged for lack of data: {', '.join(skipped)} (reasons in the report).", width)
     if report_path:
