@@ -596,7 +596,7 @@ def entry() -> None:
 
 
 # what each optional package is for, for a one-line error when it is missing
-_EXTRAS = {"torch": "run", "transformers": "run", "textual": "run", "accelerate": "run", "pandas": "pandas",
+_EXTRAS = {"torch": "run", "transformers": "run", "textual": "run", "rich": "run", "accelerate": "hf", "pandas": "pandas",
            "pynvml": "nvidia", "deepspeed": "deepspeed"}
 
 
