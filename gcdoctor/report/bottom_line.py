@@ -177,9 +177,10 @@ def bottom_line(verdicts: list[Verdict], title: str, problems: list[str] | None 
         shown: list[tuple[str, list[Row]]] = []
         used = 0
         left_out: dict[str, int] = {}
-        for kind, rows in blocks:
+        for block in blocks:
+            kind, rows = block
             if used + len(rows) <= budget:
-                shown.append((kind, rows))
+                shown.append(block)  # the block itself: dropping it below finds it by identity
                 used += len(rows)
             else:
                 left_out[kind] = left_out.get(kind, 0) + 1
