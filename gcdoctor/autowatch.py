@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -170,8 +171,6 @@ def hold_against(out: Path, against: Any) -> None:
 def run_watch(args: Any) -> int:
     """`gcdoctor watch [--out DIR] [--profile-steps 5,6] [--telemetry-hz 20] [--ranks all|0] -- CMD ...`:
     run CMD with this process's environment plus gcdoctor's sitecustomize; return CMD's exit code."""
-    import subprocess
-
     from gcdoctor.errors import UserError
     from gcdoctor.rundir import default_run_dir
     cmd = list(args.cmd)
@@ -207,36 +206,123 @@ def run_watch(args: Any) -> int:
     env["PYTHONPATH"] = os.pathsep.join([str(site)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env.update({ENV_OUT: str(out), ENV_PROFILE: ",".join(map(str, prof)), ENV_TELEMETRY: f"{hz:g}",
                 ENV_RANKS: args.ranks})
+    log = out.parent / f".{out.name}-watch.log"  # moved into the run directory at the end
     try:
-        rc = subprocess.call(cmd, env=env)
+        rc = _run_logged(cmd, env, log)
     except FileNotFoundError:
+        log.unlink(missing_ok=True)
         raise UserError(f"watch: command not found: {cmd[0]}") from None
     except PermissionError:
+        log.unlink(missing_ok=True)
         raise UserError(f"watch: cannot run {cmd[0]}: permission denied (not an executable file?)") from None
     except OSError as exc:
+        log.unlink(missing_ok=True)
         raise UserError(f"watch: cannot run {cmd[0]}: {exc.strerror or exc}") from None
     except KeyboardInterrupt:
         rc = 130
     finally:
         import shutil
         shutil.rmtree(site, ignore_errors=True)
-        if created:  # made only to check it could be: a job that never trained leaves no folder
+        if created and not log.exists():  # made only to check it could be: a job that never ran leaves no folder
             try:
                 out.rmdir()  # only while still empty
             except OSError:
                 pass
+    return watch_exit_code(_conclude(out, rc, log, against, created))
+
+
+LOG_NAME = "watch.log"
+# lines the profiler prints from C++ that mean nothing to the user: kept in watch.log, off the console
+QUIET = re.compile(rb"\bUSDT\b.*\bprofiler_(start|stop)\b|^STAGE:\d{4}-\d\d-\d\d .*ActivityProfilerController")
+
+
+def _run_logged(cmd: list[str], env: dict[str, str], log: Path) -> int:
+    """Run `cmd`, copying its stdout and stderr to ours (less the profiler's noise) and all of it to
+    `log`. Lines end at a newline or a carriage return, so a progress bar still moves."""
+    import subprocess
+    import threading
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+    lock = threading.Lock()
+    with open(log, "wb") as fh:
+        def pump(src: Any, dst: Any) -> None:
+            pending = b""
+            for chunk in iter(lambda: src.read1(65536) if hasattr(src, "read1") else src.read(65536), b""):
+                pending += chunk
+                parts = re.split(rb"(?<=[\n\r])", pending)
+                pending = parts.pop()  # an unfinished line waits for its end
+                for line in parts:
+                    _emit(line, dst, fh, lock)
+            if pending:
+                _emit(pending, dst, fh, lock)
+
+        threads = [threading.Thread(target=pump, args=(proc.stdout, sys.stdout.buffer), daemon=True),
+                   threading.Thread(target=pump, args=(proc.stderr, sys.stderr.buffer), daemon=True)]
+        for t in threads:
+            t.start()
+        try:
+            rc = proc.wait()
+        except KeyboardInterrupt:  # the child got the Ctrl-C too: let it write its run directory
+            try:
+                rc = proc.wait(timeout=60)
+            except (KeyboardInterrupt, subprocess.TimeoutExpired):
+                proc.kill()
+                rc = 130
+            rc = 130 if rc in (0, -2) else rc
+        for t in threads:
+            t.join(timeout=5)
+    return rc
+
+
+def _emit(line: bytes, dst: Any, fh: Any, lock: Any) -> None:
+    with lock:
+        fh.write(line)
+        if not QUIET.search(line):
+            dst.write(line)
+            dst.flush()
+
+
+def _conclude(out: Path, rc: int, log: Path, against: Any = None, created: bool = False) -> int:
+    """What `gcdoctor watch` ends with: the bottom line of the watched run (as `gcdoctor analyze`
+    prints it) and where everything is; or, when nothing was watched, why. The command's whole output
+    (profiler lines included) is kept as watch.log in the run directory whenever there is one or the
+    command failed."""
     ranks = sorted(out.glob("rank-*/facts.json"))
-    if (out / "facts.json").is_file():
-        if against is not None:
-            hold_against(out, against)
-        print(f"gcdoctor watch: run directory {out} (gcdoctor analyze {out})", file=sys.stderr)
-    elif ranks:
+    watched = (out / "facts.json").is_file() or bool(ranks)
+    if log.exists():
+        if watched or rc != 0:
+            out.mkdir(parents=True, exist_ok=True)
+            log.replace(out / LOG_NAME)
+        else:
+            log.unlink()
+            if created:  # made only to check it could be: a job that never trained leaves no folder
+                try:
+                    out.rmdir()
+                except OSError:
+                    pass
+    if not watched:
+        why = f"the command exited with {rc}; its output: {out / LOG_NAME}" if rc else (
+            "no process ran a training forward and optimizer step")
+        print(f"gcdoctor watch: nothing was watched: {why}", file=sys.stderr)
+        return rc
+    if ranks and not (out / "facts.json").is_file():
         print(f"gcdoctor watch: {len(ranks)} rank directories under {out} (gcdoctor analyze {out} merges them)",
               file=sys.stderr)
     else:
-        print("gcdoctor watch: nothing was watched: no process ran a training forward and optimizer step",
-              file=sys.stderr)
-    return watch_exit_code(rc)
+        if against is not None:
+            hold_against(out, against)
+        print(f"gcdoctor watch: run directory {out} (gcdoctor analyze {out})", file=sys.stderr)
+    from gcdoctor.cli import load_recorded
+    from gcdoctor.engine import evaluate
+    from gcdoctor.report.console import summary
+    try:
+        facts = load_recorded(out)
+    except Exception as exc:  # noqa: BLE001 - the run directory is kept whatever fails here; say so and go on
+        print(f"gcdoctor watch: the run directory could not be read back ({exc})", file=sys.stderr)
+        return rc
+    report = out / "report.html" if (out / "report.html").is_file() else out
+    print("\n" + summary(facts, evaluate(facts), str(report)), flush=True)
+    print(f"the command's output: {out / LOG_NAME}" + (f" (it exited with {rc})" if rc else ""))
+    return rc
 
 
 def watch_exit_code(rc: int) -> int:

@@ -109,7 +109,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="gcdoctor", description="Is gradient checkpointing doing what you think it does?")
     ap.add_argument("--version", action="store_true", help="print the version")
-    sub = ap.add_subparsers(dest="command", parser_class=_Parser)
+    sub = ap.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
 
     d = sub.add_parser("diagnose", help="measure checkpointing on this device and judge it")
     _add_run_args(d)
@@ -481,11 +481,12 @@ def _rule_dict(rule: Any, doc: bool = False) -> dict[str, Any]:
 def cmd_rules(args: argparse.Namespace) -> int:
     from gcdoctor.report.console import output_width, wrap
     from gcdoctor.rules import ALL_RULES
+    rules = sorted(ALL_RULES, key=lambda r: r.code)  # ALL_RULES is in evaluation order
     if args.json:
-        _print_json([_rule_dict(r) for r in ALL_RULES])
+        _print_json([_rule_dict(r) for r in rules])
         return EXIT_OK
     width = output_width()
-    for r in ALL_RULES:
+    for r in rules:
         print("\n".join(wrap(f"{r.code}  {r.slug}: {r.title}", width, " " * 7, first="")))
         th = ", ".join(f"{k}={v:g}" for k, v in r.defaults.items())
         if th:
@@ -580,12 +581,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return code
     a, b = load_run(args.run_a), load_run(args.run_b)
     worse = regressions(compare_rows(a, b), pct)
+    from gcdoctor.report.console import wrap
     if worse:
-        print(f"\nregressions beyond {pct:g}% (B against A):")
+        print(f"\nregressions beyond {pct:g}% in the measurements (B against A):")
         for r in worse:
-            print(f"  {_term(r['group'])}: {_term(r['label'])}: {r['a']:g} -> {r['b']:g} ({r['worse_pct']:+.1f}% worse)")
+            print("\n".join(wrap(f"{_term(r['group'])}: {_term(r['label'])}: {r['a']:g} -> {r['b']:g} "
+                                  f"({r['worse_pct']:+.1f}% worse)", 80, "    ", first="  ")))
         return EXIT_FAIL_ON
-    print(f"\nno regression beyond {pct:g}%")
+    print(f"\nno regression beyond {pct:g}% in the measurements (predictions are not gated on)")
     return code
 
 
@@ -728,7 +731,7 @@ def _leave(code: int) -> NoReturn:
 
 
 # what each optional package is for, for a one-line error when it is missing
-_EXTRAS = {"torch": "run", "transformers": "run", "textual": "run", "accelerate": "run", "pandas": "pandas",
+_EXTRAS = {"torch": "run", "transformers": "run", "textual": "run", "rich": "run", "accelerate": "hf", "pandas": "pandas",
            "pynvml": "nvidia", "deepspeed": "deepspeed"}
 
 

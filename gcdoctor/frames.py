@@ -29,9 +29,18 @@ def _pd() -> Any:
     return pd
 
 
-@dataclass
+@dataclass(repr=False)
 class Run:
     """A loaded run directory (or a bare trace): its facts, judged, as DataFrames."""
+
+    def __repr__(self) -> str:
+        """A short summary for a notebook (the facts themselves run to hundreds of KB)."""
+        f = self.facts
+        what = f.model.name if getattr(f, "model", None) is not None and f.model.name else "trace"
+        device = getattr(f.environment, "device_name", None) or getattr(f.environment, "device_kind", None) or "?"
+        fired = sum(1 for v in self.verdict_list if v.status in ("fired", "error"))
+        return (f"<gcdoctor.Run {str(self.path)!r}: {what} on {device}, {len(self.verdict_list)} verdicts "
+                f"({fired} fired); .measurements .verdicts .idle .telemetry .trace_tables()>")
 
     path: Path
     facts: Any

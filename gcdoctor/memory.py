@@ -51,8 +51,7 @@ CUDA_BLAS_WORKSPACE_BYTES = 2 * 32 * MiB
 # capacity is torch's total_memory (139.80 GiB on that H200; NVML reports 615 MiB more, 143,771
 # MiB: the driver's own reservation).
 DEVICE_CONTEXT_BYTES = 768 * MiB
-CONTEXT_SOURCE = ("assumed: the 0.74-0.76 GiB the OOM messages of an H200 run state "
-                  "(samples/h200-llama3-8b-diagnose; torch 2.11, CUDA 13)")
+CONTEXT_SOURCE = "assumed: the 0.74-0.76 GiB the OOM messages of an H200 run state, torch 2.11 and CUDA 13"
 # The allocators the largest batch is predicted for (gcdoctor.allocator replays both).
 ALLOCATORS = ("default", "expandable")
 

@@ -37,10 +37,9 @@ def parse_memory(text: str | int | float) -> int:
 
 
 def _gib(n: int | float) -> str:
-    """GiB with one decimal; MiB below 1 GiB so small models do not read as 0.0."""
-    if abs(n) < M.GiB:
-        return f"{n / M.MiB:.1f} MiB"
-    return f"{n / M.GiB:.1f} GiB"
+    """GiB with one decimal; MiB or KiB below 1 GiB so small models do not read as 0.0."""
+    from gcdoctor.units import fmt_bytes
+    return fmt_bytes(n, gib_digits=1)
 
 
 _CATEGORY = {"params": "params", "optimizer_states": "optimizer states", "grads": "grads",
@@ -308,7 +307,9 @@ def _render(data: dict, modes: list[str], batches: list[int], rows: list[dict], 
         f"gcdoctor plan: {data['model']} ({data['n_params'] / 1e9:.2f} B params, {data['n_layers']} layers), "
         f"{data['dtype']}, {opt}{' + fp32 master weights' if data['master_weights'] else ''}, "
         f"seq {data['seq_len']}",
-        f"{where}card {_card(data['device_memory_bytes'])} = {_gib(data['device_memory_bytes'])}; the allocator "
+        f"{where}card {_card(data['device_memory_bytes'])}"
+        + ("" if _card(data["device_memory_bytes"]).endswith("GiB") else f" = {_gib(data['device_memory_bytes'])}")
+        + "; the allocator "
         f"can reserve {_gib(data['usable_bytes'])}"
         + (f" (minus {data['margins']['context_bytes'] // M.MiB} MiB outside it, {data['margins']['context_source']})"
            if data["margins"]["context_bytes"] else ""),

@@ -68,7 +68,7 @@ class Reference:
 # its what-if computed from its traces: reference_from_facts() of that run, rounded to 0.01
 # (tests/test_steptime.py checks the two agree).
 H200_REFERENCE = Reference(
-    source=f"{REFERENCE_RUN} (recorded NVIDIA H200 run)", device_name="NVIDIA H200", bf16_tflops=989.0,
+    source="a recorded NVIDIA H200 run of Llama-3-8B (2026-11-30)", device_name="NVIDIA H200", bf16_tflops=989.0,
     fp32_tflops=67.0, bandwidth_gbs=4800.0, launch_us=8.66, model="llama3-8b", n_layers=4, seq_len=4096,
     batch_size=1, dtype="bf16", variants=[RefVariant(*row) for row in (
         # variant, step, host issue, launches, matmul, other, optimizer device, optimizer launches, host

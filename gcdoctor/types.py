@@ -69,6 +69,9 @@ class Evidence:
         v = self.value
         if v is None:
             return f"{self.label}: unavailable"
+        if self.unit == "GiB" and isinstance(v, (int, float)) and not isinstance(v, bool):
+            from gcdoctor.units import fmt_gib_value
+            return f"{self.label}: {fmt_gib_value(float(v))}"
         if isinstance(v, float):
             v = f"{v:,.3g}" if abs(v) < 100 else f"{v:,.0f}"
         elif isinstance(v, int):

@@ -1,6 +1,7 @@
 """GC005 gc-unneeded."""
 from __future__ import annotations
 
+from gcdoctor.units import cost_words
 from gcdoctor.engine import Evidence, Rule
 from gcdoctor.facts import Facts
 from gcdoctor.facts.views import equal_batch
@@ -58,7 +59,7 @@ class GcUnneededRule(Rule):
         if eq is not None:
             overhead = eq.overhead_pct
             ev.append(Evidence(f"GC step-time overhead at batch {eq.batch}", overhead, "%"))
-        cost = f" (it costs {overhead:.0f}% step time)" if overhead is not None else ""
+        cost = f" (it {cost_words(overhead, '', sign=False)} step time)" if overhead is not None else ""
         if target is None:
             if best_off is None:
                 return self.passed("Checkpointing is needed: batch 1 does not fit without it", ev)

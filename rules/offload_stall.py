@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gcdoctor.units import cost_words
 from gcdoctor.engine import CONFIGURATION, EXPERIMENT, SEVERITY_ORDER, Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.offload import OffloadVariant, read_copies, stall_shares
@@ -312,10 +313,10 @@ def _device_finding(fired: list[Verdict], readings: list[StallReading]) -> None:
         return
     best = min(stalled, key=costs.get)
     cheap = sorted((s for s in costs if s not in stalled), key=costs.get)
-    line = (f"CPU offload costs {costs[best]:+.0f} % step time or more here ({best}): avoid it unless memory "
+    line = (f"CPU offload {cost_words(costs[best])} step time or more here ({best}): avoid it unless memory "
             "forces it")
     if cheap:
-        line += f"; {cheap[0]} costs {costs[cheap[0]]:+.0f} %"
+        line += f"; {cheap[0]} {cost_words(costs[cheap[0]])}"
     min(fired, key=lambda v: SEVERITY_ORDER.get(v.severity, 9)).line = line
 
 

@@ -1,6 +1,7 @@
 """GC003 oom-boundary-gain."""
 from __future__ import annotations
 
+from gcdoctor.units import fmt_bytes
 from gcdoctor.engine import Evidence, Rule
 from gcdoctor.facts import Facts
 
@@ -52,10 +53,10 @@ class OomBoundaryGainRule(Rule):
             if oom is not None:
                 o = oom.oom
                 held = "" if o.reserved_unallocated_bytes is None else (
-                    f", {o.reserved_unallocated_bytes / 2**30:.2f} GiB cached but unallocated")
+                    f", {fmt_bytes(o.reserved_unallocated_bytes)} cached but unallocated")
                 ev.append(Evidence(f"first OOM above it ({variant})",
                                    f"batch {oom.batch_size} in the {o.phase}: {o.kind}, asked for "
-                                   f"{(o.request_bytes or 0) / 2**30:.2f} GiB{held}"))
+                                   f"{fmt_bytes(o.request_bytes or 0)}{held}"))
             if sweep.search_ooms.get(variant) is not None:
                 ev.append(Evidence(f"search ({variant})", f"{sweep.strategy.get(variant, '?')}, "
                                    f"{sum(1 for x in sweep.trials if x.variant == variant)} trials, "

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gcdoctor.units import cost_words
 from gcdoctor.engine import CONFIGURATION, Evidence, Rule, Verdict
 from gcdoctor.facts import Facts, Measurement
 from gcdoctor.facts.views import spread_pct
@@ -259,7 +260,7 @@ class PrescriptionRule(Rule):
         cost = ""
         off = next((o for o in others if o.variant == "no_gc"), None)
         if choice.variant == "gc" and off is not None and target in off.points:
-            cost = (f" It costs {100 * (m.step_ms_median / off.points[target].step_ms_median - 1):+.0f}% "
+            cost = (f" It {cost_words(100 * (m.step_ms_median / off.points[target].step_ms_median - 1), '')} "
                     "step time against no checkpointing at the same batch.")
         return self.fired(
             "info", f"Use {choice.name} at batch {target}: {m.tokens_per_s:,.0f} tokens/s", ev,

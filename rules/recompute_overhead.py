@@ -1,6 +1,7 @@
 """GC001 recompute-overhead."""
 from __future__ import annotations
 
+from gcdoctor.units import cost_words
 from gcdoctor.engine import Evidence, Rule
 from gcdoctor.facts import Facts
 from gcdoctor.facts.views import EqualBatch
@@ -86,14 +87,15 @@ class RecomputeOverheadRule(Rule):
                 "kernels, host work per region, or copies.",
                 "Look at the granularity and offload verdicts; checkpoint whole decoder layers; use every_n_layers "
                 "or MLP-only checkpointing to give memory back for speed; try CUDA graphs or torch.compile.",
-                line=f"checkpointing costs {pct:+.0f} % at batch {b}, above the normal {band}")
+                line=f"checkpointing {cost_words(pct)} at batch {b}, above the normal {band}")
         if pct < t["min_overhead_pct"]:
             return self.fired(
-                "info", f"Checkpointing costs only {pct:.0f}% at batch {b}: little or nothing is recomputed",
+                "info", f"Checkpointing {cost_words(pct, '', only=True, sign=False)} at batch {b}: little or nothing is recomputed",
                 ev, "Layer checkpointing recomputes each layer's forward during backward, which should cost "
                 "+20% or more. An overhead this small means few regions are checkpointed, or the step is "
                 "dominated by something else (optimizer, host).",
                 "Check that checkpointing is enabled in train mode and covers the decoder layers; compare the "
-                "memory-saving verdict.", line=f"checkpointing costs only {pct:+.0f} % at batch {b}: little is recomputed")
-        return self.passed(f"Checkpointing costs {pct:.0f}% step time at batch {b}, inside the normal band ({band})", ev,
-                           line=f"checkpointing costs {pct:+.0f} % step time at batch {b} (normal {band})")
+                "memory-saving verdict.", line=f"checkpointing {cost_words(pct, only=True)} at batch {b}: little is recomputed")
+        return self.passed(f"Checkpointing {cost_words(pct, '', sign=False)} step time at batch {b}, inside the normal band ({band})", ev,
+                           line=f"checkpointing {cost_words(pct)} step time at batch {b} (normal {band})")
+

@@ -56,7 +56,7 @@ class TraceCoverageRule(Rule):
         ev = [Evidence("profiler steps, steady state", ", ".join(map(str, whole.steady_steps)) or "none"),
               Evidence("profiler steps, warm-up (reported apart)", ", ".join(map(str, whole.warmup_steps)) or "none")]
         if whole.device_unavailable:
-            return [self.fired("info", f"trace: no device timing in this trace ({whole.device_unavailable}): "
+            return [self.fired("info", f"trace: no device timing in this trace, {whole.device_unavailable}: "
                                "nothing about the device or checkpointing could be judged", ev,
                                "Only host-side numbers (ops, wall time) can be read from it; every device rule "
                                "is inconclusive." + (" " + " ".join(notes) if notes else ""), fix)]

@@ -55,3 +55,34 @@ def offload_gpu_like():
         return facts
 
     return build
+
+
+# what a skip needs to run instead: reason (start) -> the one command that includes those tests
+INCLUDE = {"Chromium not found": "python3 tools/mkvenv.py --browser && python -m pytest tests/test_report_chromium.py"}
+
+
+def skip_summary(reasons: list[str]) -> list[str]:
+    """The end of the test run, in plain words: how many tests skipped, why, and the one command that
+    includes each group (the README's test command installs all of it where apt-get exists)."""
+    if not reasons:
+        return []
+    counts: dict[str, int] = {}
+    for r in reasons:
+        counts[r] = counts.get(r, 0) + 1
+    lines = [f"gcdoctor: {len(reasons)} test(s) skipped, by reason:"]
+    for reason, n in sorted(counts.items(), key=lambda kv: -kv[1]):
+        lines.append(f"  {n:>4}  {reason}")
+        fix = next((cmd for start, cmd in INCLUDE.items() if reason.startswith(start)), None)
+        if fix:
+            lines.append(f"        to include them: {fix}")
+    return lines
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):  # noqa: ARG001 - pytest's hook signature
+    reasons = []
+    for rep in terminalreporter.stats.get("skipped", []):
+        longrepr = getattr(rep, "longrepr", None)
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        reasons.append(reason.removeprefix("Skipped: "))
+    for line in skip_summary(reasons):
+        terminalreporter.write_line(line)

@@ -125,6 +125,6 @@ def test_a_device_finding_left_out_for_room_is_counted_below():
 
 def test_a_percentage_is_never_split_from_its_number():
     from gcdoctor.report.bottom_line import _wrap
-    rows = _wrap("use", "no checkpointing at batch 4: 4,652 tok/s; layer checkpointing 3,656 (-21 %)", None, 80, 3)
+    rows = _wrap("use", "no checkpointing at batch 4: 4,652 tok/s; layer checkpointing 3,656 (-21 %)", None, 80)
     assert [r.text for r in rows] == ["no checkpointing at batch 4: 4,652 tok/s; layer checkpointing 3,656",
                                       "(-21 %)"]

@@ -36,8 +36,14 @@ def _config(tmp: Path, **kw) -> RunConfig:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory) -> Session:
+def run(tmp_path_factory, request) -> Session:
     pytest.importorskip("deepspeed")
+    status = _deepspeed.cpu_adam_status()
+    if not (status.prebuilt or status.cached):  # say why the next minute is quiet: shown even under -q
+        capman = request.config.pluginmanager.getplugin("capturemanager")
+        with capman.global_and_fixture_disabled():
+            print("\ntests/test_offload_probe.py: compiling DeepSpeed's CPU Adam op for the ZeRO-2 variant "
+                  "(about a minute, once; cached for later runs)", flush=True)
     s = Session(_config(tmp_path_factory.mktemp("offload")))
     s.run()
     return s

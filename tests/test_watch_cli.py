@@ -33,6 +33,13 @@ def test_an_unmodified_loop_is_watched_step_by_step(micro_llama, tmp_path):
     assert p.returncode == 0, p.stderr
     assert "trained 6 steps on 1 rank(s)" in p.stdout
     assert f"run directory {tmp_path / 'run'}" in p.stderr
+    # it ends with its own bottom line, and the profiler's USDT lines stay in watch.log, off the console
+    tail = p.stdout[p.stdout.index("trained 6 steps"):]
+    assert "\nBottom line: " in tail and tail.rstrip().endswith(f"the command's output: {tmp_path / 'run' / 'watch.log'}")
+    assert "USDT" not in p.stdout + p.stderr
+    log = (tmp_path / "run" / "watch.log").read_text()
+    assert "trained 6 steps on 1 rank(s)" in log and "profiler_start" in log
+    assert max(len(x) for x in tail.splitlines() if not x.startswith(("report: ", "the command's"))) <= 80
     facts = Facts.load(tmp_path / "run" / "facts.json")
     w = facts.watch
     assert [s.index for s in w.steps] == [0, 1, 2, 3, 4, 5]
@@ -49,6 +56,24 @@ def test_watch_without_a_command_is_a_one_line_error(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["gcdoctor: error: watch: give the command to run after --, e.g. gcdoctor watch -- python train.py"]
     assert main(["watch", "--profile-steps", "a,b", "--", "true"]) == 2
+
+
+def test_a_failed_launch_leaves_its_log_in_the_run_directory(tmp_path):
+    p = watch(tmp_path, sys.executable, "-c", "import sys; print('loading the data'); sys.exit('no such dataset')")
+    assert p.returncode == 1
+    assert p.stderr.splitlines()[-1] == (f"gcdoctor watch: nothing was watched: the command exited with 1; its "
+                                         f"output: {tmp_path / 'run' / 'watch.log'}")
+    assert (tmp_path / "run" / "watch.log").read_text().splitlines() == ["loading the data", "no such dataset"]
+
+
+@pytest.mark.slow
+def test_torchrun_with_one_process_is_watched_on_the_cpu_with_gloo(micro_llama, tmp_path):
+    p = watch(tmp_path, sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", str(PLAIN), "--ddp",
+              "--model", micro_llama, "--seq-len", "16", "--steps", "6")
+    assert p.returncode == 0, p.stderr[-2000:]
+    f = Facts.load(next((tmp_path / "run").glob("**/facts.json")))
+    assert (f.watch.world_size, len(f.watch.steps)) == (1, 6)
+    assert "\nBottom line: " in p.stdout and (tmp_path / "run" / "watch.log").is_file()
 
 
 def test_a_process_that_never_trains_writes_nothing(tmp_path):

@@ -11,6 +11,10 @@ site-packages to the new venv through a `.pth` file, after the venv's own: the v
 CUDA/MUSA libraries and all, is then importable and pip counts it as installed, so nothing that
 gcdoctor installs replaces it. An existing venv is kept (re-running is harmless).
 
+`--browser` installs Chromium where none is found and apt-get can (root, or sudo without a password):
+the HTML-report tests open report.html in it. It says in one line what it did and never fails the
+set-up (without a browser those tests skip, and pytest's summary says which and how to include them).
+
 `--cpu-adam` prints 1 where DeepSpeed's CPU Adam op should be built at install time (a GPU is
 visible and a C++ compiler exists), else 0: the value of DS_BUILD_CPU_ADAM for the set-up command.
 Stdlib only: it runs before anything is installed.
@@ -68,12 +72,40 @@ def want_cpu_adam() -> str:
     return "1" if gpu else "0"
 
 
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+def install_browser() -> str:
+    """Chromium for the HTML-report tests: found, installed with apt-get, or why not (one line)."""
+    found = next((shutil.which(b) for b in BROWSERS if shutil.which(b)), None)
+    if found:
+        return f"browser: {found}"
+    if not shutil.which("apt-get"):
+        return "browser: no Chromium and no apt-get: the HTML-report tests will skip (install Chromium)"
+    prefix: list[str] = []
+    if os.geteuid() != 0:
+        if not shutil.which("sudo") or subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode != 0:
+            return "browser: no Chromium, and apt-get needs root: sudo apt-get install -y chromium"
+        prefix = ["sudo", "-n"]
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
+        r = subprocess.run(prefix + cmd, capture_output=True, text=True, env=env)
+        if r.returncode != 0:
+            last = (r.stderr.strip().splitlines() or ["no message"])[-1]
+            return f"browser: `{' '.join(cmd)}` failed ({last}): the HTML-report tests will skip"
+    found = next((shutil.which(b) for b in BROWSERS if shutil.which(b)), None)
+    return f"browser: installed {found}" if found else "browser: apt-get installed no chromium binary"
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--cpu-adam"]:
         print(want_cpu_adam())
         return 0
+    if argv[:1] == ["--browser"]:
+        print(install_browser())
+        return 0
     if len(argv) != 1:
-        print("usage: python3 tools/mkvenv.py VENV_DIR | --cpu-adam", file=sys.stderr)
+        print("usage: python3 tools/mkvenv.py VENV_DIR | --browser | --cpu-adam", file=sys.stderr)
         return 2
     make_venv(Path(argv[0]))
     return 0

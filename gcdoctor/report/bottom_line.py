@@ -45,21 +45,18 @@ class Row:
         # "H200\n  ok   ...") must not forge a row of its own
         text = " ".join(term_safe(self.text).replace("\t", " ").split("\n"))
         if self.title:
-            return text[:width]
+            return f"  {text}" if self.cont else text
         head = "" if self.cont else self.mark
-        return f"  {head:<4} {text}"[:width]
+        return f"  {head:<4} {text}"
 
 
-def _wrap(mark: str, text: str, key: tuple[str, str] | None, width: int, max_rows: int = 2) -> list[Row]:
-    """A text on one row, or wrapped over at most `max_rows` rows (the last one cut with an ellipsis)."""
+def _wrap(mark: str, text: str, key: tuple[str, str] | None, width: int) -> list[Row]:
+    """A text on one row, or wrapped over as many rows as it needs: never cut (a block that does not
+    fit the bottom line's budget is left out whole and counted in the pointer)."""
     avail = width - MARK_WIDTH - 1
     # a number keeps its unit: never a row ending "-21" and the next starting "%)"
     glued = re.sub(r"(?<=\d) (?=%)", "\u00a0", " ".join(text.split()))
-    parts = [p.replace("\u00a0", " ") for p in textwrap.wrap(glued, avail)] or [""]
-    if len(parts) > max_rows:
-        parts = parts[:max_rows]
-        last = parts[-1]
-        parts[-1] = (last[:avail - 1] if len(last) >= avail else last) + "…"
+    parts = [p.replace("\u00a0", " ") for p in textwrap.wrap(glued, avail, break_on_hyphens=False)] or [""]
     return [Row(mark, p, key, cont=i > 0) for i, p in enumerate(parts)]
 
 
@@ -116,8 +113,29 @@ def problems_of(facts: Facts) -> list[str]:
     return out
 
 
+UNJUDGED = ": could not be judged: "
+
+
+def unjudged_reasons(facts: Facts, verdicts: list[Verdict]) -> list[tuple[str, str]]:
+    """(code, reason) of the configuration rules that had their data and still could not judge it
+    (step times too noisy, too few steps): the reason the user can act on, unlike a probe not run."""
+    from gcdoctor.rules import find_rule
+    out: list[tuple[str, str]] = []
+    for v in verdicts:
+        if v.scope == EXPERIMENT or v.status != "inconclusive" or UNJUDGED not in v.headline:
+            continue
+        rule = find_rule(v.code)
+        if rule is None or any(facts.get(path) is None for path in rule.requires):
+            continue
+        reason = v.headline.split(UNJUDGED, 1)[1]
+        if all(reason != r for _, r in out):
+            out.append((v.code, reason))
+    return out
+
+
 def bottom_line(verdicts: list[Verdict], title: str, problems: list[str] | None = None,
-                width: int = WIDTH, max_lines: int = MAX_LINES) -> list[Row]:
+                width: int = WIDTH, max_lines: int = MAX_LINES,
+                unjudged: list[tuple[str, str]] | None = None) -> list[Row]:
     """The rows, title first, at most `max_lines` of at most `width` columns."""
     ordered = sorted(verdicts, key=lambda v: (SEVERITY_ORDER.get(v.severity, 9), v.code, v.subject))
     prescription = [v for v in ordered if v.topic == PRESCRIPTION and (v.status != "inconclusive" or v.line)]
@@ -138,10 +156,10 @@ def bottom_line(verdicts: list[Verdict], title: str, problems: list[str] | None 
     for v in fired + errors:
         blocks.append(("fired", _wrap(MARK.get(v.severity, "?"), _text(v), (v.code, v.subject), width)))
     for v in passed:  # the healthy answers ("costs +22 %, saves 67 %") come before advice
-        blocks.append(("ok", _wrap("ok", _text(v), (v.code, v.subject), width, max_rows=1)))
+        blocks.append(("ok", _wrap("ok", _text(v), (v.code, v.subject), width)))
     for v in prescription:
         blocks.append(("use", _wrap("use" if v.status != "inconclusive" else "?", _text(v),
-                                    (v.code, v.subject), width, max_rows=3)))
+                                    (v.code, v.subject), width)))
     for v in findings:
         blocks.append(("dev", _wrap("dev", _text(v), (v.code, v.subject), width)))
     if not fired and not errors and not problems and not passed:
@@ -149,34 +167,46 @@ def bottom_line(verdicts: list[Verdict], title: str, problems: list[str] | None 
             codes = ", ".join(sorted({v.code for v in passed_quiet}))
             blocks.insert(0, ("healthy", _wrap("ok", f"no problem found in what you train: {codes} passed", None,
                                                width)))
+        elif unjudged:  # say why: the first reason, and how many rules gave one
+            code, reason = unjudged[0]
+            more = f"; {len(unjudged) - 1} more reasons in the report" if len(unjudged) > 1 else ""
+            blocks.insert(0, ("healthy", _wrap("?", f"nothing about your configuration could be judged: {reason} "
+                                                    f"({code}{more})", None, width)))
         else:
-            blocks.insert(0, ("healthy", [Row("?", "nothing about your configuration could be judged from what "
-                                                  "was measured")]))
+            blocks.insert(0, ("healthy", _wrap("?", "nothing about your configuration could be judged from "
+                                                    "what was measured", None, width)))
 
-    budget = max_lines - 2  # the title, and the pointer to the rest
-    shown: list[tuple[str, list[Row]]] = []
-    used = 0
-    left_out: dict[str, int] = {}
-    # the recipe is placed first, so it is never the block that is cut
+    titles = [Row("", t.strip(), title=True, cont=i > 0) for i, t in enumerate(
+        textwrap.wrap(f"Bottom line: {title}", width, subsequent_indent="  ", break_on_hyphens=False))]
+    # the recipe is placed first and always shown: it is never the block that is cut
     blocks.sort(key=lambda b: b[0] != "use")
-    for kind, rows in blocks:
-        if kind == "use" or used + len(rows) <= budget:
-            shown.append((kind, rows))
-            used += len(rows)
-        else:
-            left_out[kind] = left_out.get(kind, 0) + 1
     order = ["use", "problem", "healthy", "fired", "ok", "dev"]
+    while True:
+        budget = max_lines - len(titles) - 1  # the title, and the pointer to the rest
+        shown: list[tuple[str, list[Row]]] = []
+        used = 0
+        left_out: dict[str, int] = {}
+        for block in blocks:
+            kind, rows = block
+            if kind == "use" or used + len(rows) <= budget:
+                shown.append(block)  # the block itself: dropping it below finds it by identity
+                used += len(rows)
+            else:
+                left_out[kind] = left_out.get(kind, 0) + 1
+        # a device finding left out for room counts among the ones "below"
+        shown_dev = {rows[0].key for kind, rows in shown if kind == "dev"}
+        pointer = _pointer(experiments, [v for v in findings if (v.code, v.subject) in shown_dev], left_out)
+        more = _wrap("...", pointer, None, width) if pointer else []
+        droppable = [b for b in shown if b[0] != "use"]
+        if len(titles) + used + len(more) <= max_lines or not droppable:
+            break
+        drop = droppable[-1]  # the pointer needs a second row: the last block shown makes room
+        blocks = [b for b in blocks if b is not drop]
     shown.sort(key=lambda b: order.index(b[0]))
-    out = [Row("", f"Bottom line: {title}", title=True)]
+    out = list(titles)
     for _, rows in shown:
         out += rows
-    # a device finding left out for room counts among the ones "below"
-    shown_dev = {rows[0].key for kind, rows in shown if kind == "dev"}
-    findings = [v for v in findings if (v.code, v.subject) in shown_dev]
-    pointer = _pointer(experiments, findings, left_out)
-    if pointer:
-        out += _wrap("...", pointer, None, width, max_rows=1)
-    return out
+    return out + more
 
 
 def _pointer(experiments: list[Verdict], findings: list[Verdict], left_out: dict[str, int]) -> str:
@@ -198,7 +228,8 @@ def _pointer(experiments: list[Verdict], findings: list[Verdict], left_out: dict
 
 
 def bottom_line_for(facts: Facts, verdicts: list[Verdict], width: int = WIDTH) -> list[Row]:
-    return bottom_line(verdicts, title_of(facts), problems_of(facts), width=width)
+    return bottom_line(verdicts, title_of(facts), problems_of(facts), width=width,
+                       unjudged=unjudged_reasons(facts, verdicts))
 
 
 def bottom_line_text(facts: Facts, verdicts: list[Verdict], width: int = WIDTH) -> str:

@@ -81,6 +81,7 @@ class Row:
     a: Any
     b: Any
     unit: str = "text"
+    predicted: bool = False  # a prediction or what-if: a change is reported, never gated on
 
     def shown(self, v: Any) -> str:
         return format_with_unit(v, self.unit)
@@ -134,7 +135,8 @@ def _section_rows(s, a: Run, b: Run) -> list[Row]:
     kb = {k.id: k for k in s.keys(fb) if k.compare}
     for kid in list(dict.fromkeys(list(ka) + list(kb))):
         k = ka.get(kid) or kb[kid]
-        rows.append(Row(g, k.label, ka[kid].value if kid in ka else None, kb[kid].value if kid in kb else None, k.unit))
+        rows.append(Row(g, k.label, ka[kid].value if kid in ka else None, kb[kid].value if kid in kb else None, k.unit,
+                        k.predicted))
     ta = {t.id: t for t in s.tables(fa)}
     tb = {t.id: t for t in s.tables(fb)}
     for tid in list(dict.fromkeys(list(ta) + list(tb))):
@@ -148,7 +150,7 @@ def _section_rows(s, a: Run, b: Run) -> list[Row]:
             for i, c in cols:
                 va, vb = ra[key][i], rb[key][i]
                 if va is not None or vb is not None:
-                    rows.append(Row(g, f"{key} {c.header}", va, vb, c.unit))
+                    rows.append(Row(g, f"{key} {c.header}", va, vb, c.unit, c.predicted))
         only_a, only_b = [k for k in ra if k not in rb], [k for k in rb if k not in ra]
         if only_a:
             rows.append(Row(g, f"{t.title or t.id}: rows measured in A only", ", ".join(only_a), None))
@@ -248,18 +250,87 @@ def _text_table(headers: list[str], rows: list[list[str]], width: int = 80) -> l
     return out
 
 
-def render_text(a: Run, b: Run, width: int | None = None) -> str:
+NOTICE_PCT = 5.0  # what the bottom line calls a move when no --fail-on-regression is given
+BOTTOM_MARKS = ("worse", "new", "sev", "better", "gone", "same", "pred", "setup", "...")
+
+
+def _what(run: Run) -> str:
+    f = run.facts
+    return f"{f.model.name if f.model else 'a trace'} on {f.environment.device_name or 'an unknown device'}"
+
+
+def bottom_line(a: Run, b: Run, rows: list[Row], changes: list[VerdictChange], pct: float | None,
+                width: int = 80) -> list[str]:
+    """What changed that matters, regressions first: measured metrics worse beyond the threshold,
+    configuration verdicts that appeared or rose in severity, improvements, verdicts gone, changed
+    predictions (reported, never gated on), a different setup, and what else the details hold."""
+    from gcdoctor.engine import EXPERIMENT
+    from gcdoctor.regression import moved, prediction_changes
+    from gcdoctor.report.console import wrap
+    limit = NOTICE_PCT if pct is None else pct
+    out: list[str] = []
+
+    def add(mark: str, text: str) -> None:
+        out.extend(wrap(text, width, " " * 9, first=f"  {mark:<6} "))
+
+    def metric(m: dict[str, Any], word: str) -> str:
+        return (f"{m['label']}: {format_with_unit(m['a'], m['unit'])} -> {format_with_unit(m['b'], m['unit'])} "
+                f"({abs(m['worse_pct']):.1f}% {word})")
+
+    ms = moved(rows, limit)
+    worse = sorted((m for m in ms if m["worse_pct"] > 0), key=lambda m: -m["worse_pct"])
+    better = sorted((m for m in ms if m["worse_pct"] < 0), key=lambda m: m["worse_pct"])
+    for m in worse:
+        add("worse", metric(m, "worse"))
+    config = [c for c in changes if (c.b or c.a) is not None and (c.b or c.a).scope != EXPERIMENT]
+    for kind, mark in (("appeared", "new"), ("severity", "sev")):
+        for c in [c for c in config if c.kind == kind]:
+            add(mark, f"{c.code} {_state(c.a)} -> {_state(c.b)}: {c.headline}")
+    for m in better[:3]:
+        add("better", metric(m, "better"))
+    if len(better) > 3:
+        add("better", f"and {len(better) - 3} more metrics better beyond {limit:g}% (details below)")
+    for c in [c for c in config if c.kind == "disappeared"]:
+        add("gone", f"{c.code} {_state(c.a)} -> {_state(c.b)}: {c.headline}")
+    if not ms:
+        add("same", f"no measured metric moved beyond {limit:g}%")
+    by_label = {(r.group, r.label): r for r in rows}
+    preds = [(p, by_label[(p["group"], p["label"])]) for p in prediction_changes(rows)]
+    preds = [(p, r) for p, r in preds if r.shown(p["a"]) != r.shown(p["b"])]  # moves the eye can see
+    for p, r in preds[:3]:
+        add("pred", f"{p['label']}: {r.shown(p['a'])} -> {r.shown(p['b'])} (a prediction: not gated)")
+    if len(preds) > 3:
+        add("pred", f"and {len(preds) - 3} more predictions changed (details below)")
+    setup = [r.label for r in rows if r.group == "environment" and r.label != "wall time" and r.change == "differs"]
+    if setup:
+        add("setup", "differs: " + ", ".join(setup))
+    experiments = [c for c in changes if c.kind in ("appeared", "disappeared", "severity")
+                   and (c.b or c.a) is not None and (c.b or c.a).scope == EXPERIMENT]
+    if experiments:
+        topics = ", ".join(dict.fromkeys((c.b or c.a).topic or "other" for c in experiments))  # type: ignore[union-attr]
+        add("...", f"{len(experiments)} experiment verdicts appeared, went or changed severity ({topics}): "
+                   "details below")
+    return out
+
+
+def render_text(a: Run, b: Run, width: int | None = None, pct: float | None = None) -> str:
     from gcdoctor.report.console import output_width, wrap
     width = width or output_width()
-    lines = wrap(f"A: {a.path} ({a.label})", width, "   ") + wrap(f"B: {b.path} ({b.label})", width, "   ") + [""]
     rows = compare_rows(a, b)
+    changes = verdict_changes(a.verdicts, b.verdicts)
+    wa, wb = _what(a), _what(b)
+    lines = wrap(f"gcdoctor compare: {wa}, B against A" if wa == wb else f"gcdoctor compare: {wb} (B) against "
+                 f"{wa} (A)", width, "  ", first="")
+    limit = NOTICE_PCT if pct is None else pct
+    lines += [f"Bottom line, B against A (beyond {limit:g}%):"] + bottom_line(a, b, rows, changes, pct, width)
+    lines += ["", "Details", ""]
+    lines += wrap(f"A: {a.path} ({a.label})", width, "   ") + wrap(f"B: {b.path} ({b.label})", width, "   ") + [""]
     for group in list(dict.fromkeys(r.group for r in rows)):
         grp = [r for r in rows if r.group == group]
         lines.append(group)
         lines += _text_table(["metric", "A", "B", "B vs A"], [[r.label, r.shown(r.a), r.shown(r.b), r.change]
                                                                for r in grp], width)
         lines.append("")
-    changes = verdict_changes(a.verdicts, b.verdicts)
     lines.append("verdicts (each run judged by the rules of this gcdoctor and its own thresholds)")
     shown = [c for c in changes if c.kind not in ("status", "same")
              or (c.kind == "same" and c.a is not None and c.a.status == "fired")]
@@ -327,7 +398,7 @@ def render_compare_html(a: Run, b: Run) -> str:
 
 def run_compare(args: argparse.Namespace) -> int:
     a, b = load_run(args.run_a), load_run(args.run_b)
-    print(render_text(a, b))
+    print(render_text(a, b, pct=getattr(args, "fail_on_regression", None)))
     out = getattr(args, "html", None)
     if out:
         path = Path(out)

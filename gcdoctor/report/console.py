@@ -10,8 +10,8 @@ import textwrap
 from gcdoctor.types import EXPERIMENT, Verdict, verdict_order
 from gcdoctor.facts import Facts
 from gcdoctor.experiments import EXPERIMENTS
-from gcdoctor.report.bottom_line import MARK, PRESCRIPTION, WIDTH, bottom_line_for
-from gcdoctor.report.format import term_safe, text_table
+from gcdoctor.report.bottom_line import MARK, PRESCRIPTION, WIDTH, bottom_line_for, unjudged_reasons
+from gcdoctor.report.format import fit_table, term_safe
 from gcdoctor.report.model import format_value
 from gcdoctor.report.sections.sweep import sweep_rows
 
@@ -26,19 +26,12 @@ def output_width(stream=None) -> int:
     return WIDTH
 
 
-def wrap(text: str, width: int, indent: str = "", first: str | None = None, max_lines: int | None = None) -> list[str]:
-    """`text` wrapped to `width` columns: `first` prefixes the first line, `indent` the others."""
+def wrap(text: str, width: int, indent: str = "", first: str | None = None) -> list[str]:
+    """`text` wrapped to `width` columns, every word kept: `first` prefixes the first line, `indent`
+    the others. Nothing is ever cut with an ellipsis: in a CI log the cut words would be gone."""
     first = indent if first is None else first
-    lines = textwrap.wrap(" ".join(str(text).split()), width, initial_indent=first, subsequent_indent=indent,
-                          break_long_words=True, break_on_hyphens=False) or [first.rstrip()]
-    if max_lines is not None and len(lines) > max_lines:
-        lines = lines[:max_lines]
-        lines[-1] = lines[-1][:width - 1] + "…"
-    return lines
-
-
-def fit(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:width - 1] + "…"
+    return textwrap.wrap(" ".join(str(text).split()), width, initial_indent=first, subsequent_indent=indent,
+                         break_long_words=True, break_on_hyphens=False) or [first.rstrip()]
 
 
 def _mark(v: Verdict) -> str:
@@ -55,15 +48,18 @@ def summary(facts: Facts, verdicts: list[Verdict], report_path: str | None = Non
         for v in config:
             lines += wrap(f"{v.code} {v.headline}", width, " " * 7, first=f"  {_mark(v):<4} ")
             if v.recommendation:
-                lines += wrap(v.recommendation, width, " " * 10, first="       -> ", max_lines=4)
+                lines += wrap(v.recommendation, width, " " * 10, first="       -> ")
     if facts.sweep is not None and facts.sweep.measurements:
         # variant, batch, result, step, tokens/s, MFU, peak allocated of the sweep section's table
         units = ["text", "int", "text", "ms", "tok/s", "share", "bytes"]
         rows = [[format_value(v, u) for v, u in zip([r[0], r[1], r[2], r[3], r[5], r[6], r[7]], units)]
                 for r in sweep_rows(facts)]
         lines += ["", "Batch sweep (median of the measured steps):"]
-        lines += [fit("  " + x.rstrip(), width) for x in text_table(
-            ["variant", "batch", "result", "step ms", "tok/s", "MFU", "peak"], rows).splitlines()]
+        table, dropped = fit_table(["variant", "batch", "result", "step ms", "tok/s", "MFU", "peak"], rows, width,
+                                   drop=("MFU", "tok/s"))
+        lines += table
+        if dropped:
+            lines.append(f"  (left out at {width} columns: {', '.join(dropped)}; every column is in report.md)")
     experiments = [v for v in verdicts if v.scope == EXPERIMENT and v.status in ("fired", "error")]
     if experiments:
         lines += ["", "Experiments: what the probes' variants showed about this device"]
@@ -72,8 +68,15 @@ def summary(facts: Facts, verdicts: list[Verdict], report_path: str | None = Non
             by_topic.setdefault(v.topic or "other", []).append(v)
         for topic, vs in by_topic.items():
             lines.append(f"  {TOPIC_TITLE.get(topic, topic)}:")
-            lines += [fit(f"    {_mark(v):<4} {v.code} {v.headline}", width) for v in vs]
-    skipped = sorted({v.code for v in verdicts if v.status == "inconclusive" and v.topic != PRESCRIPTION})
+            for v in vs:
+                lines += wrap(f"{v.code} {v.headline}", width, " " * 15, first=f"    {_mark(v):<4} ")
+    unjudged = unjudged_reasons(facts, verdicts)
+    if unjudged:
+        lines += ["", "Not judged although measured:"]
+        for code, reason in unjudged:
+            lines += wrap(f"{code} {reason}", width, " " * 7, first="  ?    ")
+    skipped = sorted({v.code for v in verdicts if v.status == "inconclusive" and v.topic != PRESCRIPTION}
+                     - {code for code, _ in unjudged})
     if skipped:
         lines += [""] + wrap(f"Not judged for lack of data: {', '.join(skipped)} (reasons in the report).", width)
     if report_path:

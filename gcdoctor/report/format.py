@@ -22,12 +22,40 @@ def md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(out)
 
 
-def text_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+def text_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], left: Sequence[int] = ()) -> str:
+    """Columns two spaces apart, right-aligned (numbers) but the indices in `left` (names)."""
     cols = [list(map(str, c)) for c in zip(headers, *rows)] if rows else [[h] for h in headers]
     widths = [max(len(v) for v in c) for c in cols]
-    lines = ["  ".join(str(h).rjust(w) for h, w in zip(headers, widths))]
-    lines += ["  ".join(str(v).rjust(w) for v, w in zip(r, widths)) for r in rows]
-    return "\n".join(lines)
+
+    def line(r: Sequence[Any]) -> str:
+        return "  ".join(str(v).ljust(w) if i in left else str(v).rjust(w)
+                         for i, (v, w) in enumerate(zip(r, widths))).rstrip()
+    return "\n".join([line(headers)] + [line(r) for r in rows])
+
+
+def fit_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], width: int, indent: str = "  ",
+              drop: Sequence[str] = (), left: Sequence[int] = ()) -> tuple[list[str], list[str]]:
+    """A text table within `width` columns: whole cells always, never a word cut. Where it is too wide,
+    the columns named in `drop` are left out in that order until it fits; the caller says which
+    (the second value). Where even that is too wide, each row becomes a block of `header: value`
+    lines, wrapped."""
+    import textwrap
+    keep = list(range(len(headers)))
+    dropped: list[str] = []
+    for name in [None, *drop]:
+        if name is not None and name in headers:
+            keep.remove(list(headers).index(name))
+            dropped.append(name)
+        lines = text_table([headers[i] for i in keep], [[r[i] for i in keep] for r in rows],
+                           left=[k for k, i in enumerate(keep) if i in left]).splitlines()
+        if max(len(indent + x) for x in lines) <= width:
+            return [indent + x for x in lines], dropped
+    out: list[str] = []
+    for r in rows:
+        for i, (h, v) in enumerate(zip(headers, r)):
+            out += textwrap.wrap(f"{h}: {v}", width, initial_indent=indent if i == 0 else indent + "  ",
+                                 subsequent_indent=indent + "    ", break_on_hyphens=False)
+    return out, []
 
 
 # -- escaping, one function per sink (HTML: gcdoctor.report.svg.esc) ----------------------------

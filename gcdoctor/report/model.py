@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from gcdoctor.facts import Facts
+from gcdoctor.units import fmt_bytes
 
 GIB, MIB = 2**30, 2**20
 DASH = "—"
@@ -32,6 +33,7 @@ class Column:
     unit: str = ""  # one of UNITS; "" and "text" are shown as they are
     key: bool = False  # the column identifies the row (compare joins rows of A and B on the key columns)
     compare: bool = False  # compare shows this column's values side by side (with the change)
+    predicted: bool = False  # a prediction or what-if, not a measurement: compare reports a change, never gates on it
 
     def __post_init__(self) -> None:
         if self.unit not in UNITS:
@@ -61,6 +63,7 @@ class Key:
     value: Any
     unit: str = "text"
     compare: bool = True
+    predicted: bool = False  # a prediction, not a measurement (see Column.predicted)
 
 
 Plots = Callable[[Facts, "Path | None"], list[tuple[str, str]]]  # [(svg, caption)], HTML only
@@ -101,7 +104,7 @@ def format_value(v: Any, unit: str = "") -> str:
     if unit == "int":
         return f"{int(round(x)):,}"
     if unit == "bytes":
-        return f"{x / GIB:,.2f} GiB" if abs(x) >= GIB else f"{x / MIB:,.1f} MiB"
+        return fmt_bytes(x)
     if unit == "pct":
         return f"{x:.1f}%"
     if unit == "pct+":

@@ -116,7 +116,7 @@ class DashboardApp(App[None]):
     def on_resize(self) -> None:
         if self.wide != self._wide:  # rows depend on the width class: redraw them
             self._wide = self.wide
-            self._update({"telemetry", "header"})
+            self._update({"telemetry", "header", "table"})
 
     # -- events in ---------------------------------------------------------------------------------
     def sink(self, event: Any) -> None:
@@ -300,6 +300,8 @@ class DashboardApp(App[None]):
             self.push_screen(HelpScreen("monitor" if self.mode == "monitor" else "diagnose"))
 
     def action_focus_panel(self, panel_id: str) -> None:
+        if self.screen.has_class("-finished"):  # after the run the table is shown on request (m), the
+            self.screen.set_class(panel_id == "measurements", "-table")  # bottom line again with v
         for w in self.query(f"#{panel_id}"):
             w.focus()
 

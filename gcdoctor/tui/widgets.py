@@ -164,29 +164,59 @@ TABLE_COLUMNS = [("variant", "variant"), ("batch", "batch"), ("step_ms", "step m
                  ("peak_gib", "peak GiB"), ("tokens_per_s", "tok/s"), ("mfu_pct", "MFU %")]
 
 
+NARROW_COLUMNS = ("variant", "batch", "step_ms", "peak_gib")  # below 120 columns: the table's share is ~42
+NAME_WIDTH = 14  # a variant name longer than this is written over several lines of its row
+
+
+def wrap_name(name: str, width: int = NAME_WIDTH) -> str:
+    """A long variant name over several lines, broken after ':', '/' or '-': every character kept."""
+    import re
+    parts = [p for p in re.split(r"(?<=[:/-])", name) if p]
+    lines: list[str] = []
+    for part in parts:
+        if lines and len(lines[-1]) + len(part) <= width:
+            lines[-1] += part
+        else:
+            lines.append(part)
+    return "\n".join(lines)
+
+
 class MeasurementsTable(DataTable):
-    """One row per measured point (the session's `measurement_row`); out-of-memory rows say so."""
+    """One row per measured point (the session's `measurement_row`); out-of-memory rows say so. Below
+    120 columns it shows variant, batch, step and peak (tokens/s and MFU are in the report), and a long
+    variant name wraps within its row instead of pushing the other columns off the panel."""
 
     def __init__(self, state: DashboardState, **kw: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kw)
         self.state = state
         self.shown = 0
+        self.narrow: bool | None = None
 
     def on_mount(self) -> None:
-        for key, label in TABLE_COLUMNS:
-            self.add_column(label, key=key)
         self.sync()
 
+    def _columns(self) -> list[tuple[str, str]]:
+        return [c for c in TABLE_COLUMNS if not self.narrow or c[0] in NARROW_COLUMNS]
+
     def sync(self) -> None:
+        narrow = not getattr(self.app, "wide", True)
+        if narrow != self.narrow:  # the width class changed (or first sync): lay the table out again
+            self.narrow = narrow
+            self.clear(columns=True)
+            for key, label in self._columns():
+                self.add_column(label, key=key)
+            self.shown = 0
         rows = self.state.rows
         first_probe = rows[0][0] if rows else ""
+        cols = self._columns()
         for probe, row in rows[self.shown:]:
             oom = row.get("fits") is False
             variant = str(row.get("variant", "")) if probe == first_probe else f"{probe}:{row.get('variant', '')}"
-            cells = [variant] + [fmt_cell(row.get(k)) for k, _ in TABLE_COLUMNS[1:]]
+            cells = [wrap_name(variant)] + [fmt_cell(row.get(k)) for k, _ in cols[1:]]
             if oom:  # no step time or peak to show: say why in their place
                 cells[2], cells[3] = "OOM", str(row.get("oom_phase") or "")
-            self.add_row(*[Content.styled(str(c), "bold $text-error") if oom else c for c in cells])
+            self.add_row(*[Content.styled(str(c), "bold $text-error") if oom else c for c in cells],
+                         height=cells[0].count("\n") + 1)
         if len(rows) > self.shown:
             self.shown = len(rows)
             self.move_cursor(row=self.row_count - 1)

@@ -42,6 +42,15 @@ class RandomTokens(torch.utils.data.Dataset):
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
+def checkpointing_args(training_arguments: type, gc: bool, reentrant: bool) -> dict:
+    """TrainingArguments' checkpointing settings under the name this transformers has: 5.x renamed
+    gradient_checkpointing* to activation_checkpointing* and warns on the old names."""
+    import dataclasses
+    fields = {f.name for f in dataclasses.fields(training_arguments)}
+    name = "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
+    return {name: gc, f"{name}_kwargs": {"use_reentrant": reentrant} if gc else None}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="tiny-llama")
@@ -65,11 +74,11 @@ def main() -> None:
     if args.gc_labelled:
         from gcdoctor.capture import enable_layer_checkpointing
         enable_layer_checkpointing(model, labelled=True, extra_kwargs={"use_reentrant": args.reentrant})
+    ckpt = checkpointing_args(TrainingArguments, args.gc, args.reentrant)
     targs = TrainingArguments(
         output_dir=f"{args.out}-hf", max_steps=args.steps, per_device_train_batch_size=args.batch,
         logging_steps=1, report_to=[] if args.report_to == "none" else [args.report_to], save_strategy="no",
-        disable_tqdm=True, use_cpu=not gpu, gradient_checkpointing=args.gc,
-        gradient_checkpointing_kwargs={"use_reentrant": args.reentrant} if args.gc else None,
+        disable_tqdm=True, use_cpu=not gpu, **ckpt,
         bf16=False, dataloader_num_workers=args.workers, learning_rate=1e-4)
     profile = tuple(int(x) for x in args.profile_steps.split(",") if x)
     data = RandomTokens(args.steps * args.batch, args.seq_len, spec.vocab_size, args.data_ms)

@@ -48,9 +48,9 @@ def _whatif_columns(facts: Facts) -> list[Column]:
     pts = facts.granularity.whatif_launch_us
     return ([Column("workload", key=True), Column("variant", key=True), Column("what-if from", "text"),
              Column("launches/step", "int"), Column("host issue", "ms"), Column("device busy", "ms"),
-             Column("step", "ms"), Column("break-even launch", "us", compare=True)]
-            + [Column(f"step at {x:g} µs", "ms", compare=True) for x in pts]
-            + [Column(f"vs none at {x:g} µs", "pct+", compare=True) for x in pts])
+             Column("step", "ms"), Column("break-even launch", "us", compare=True, predicted=True)]
+            + [Column(f"step at {x:g} µs", "ms", compare=True, predicted=True) for x in pts]
+            + [Column(f"vs none at {x:g} µs", "pct+", compare=True, predicted=True) for x in pts])
 
 
 def _whatif_rows(facts: Facts) -> list[list]:

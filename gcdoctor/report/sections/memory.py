@@ -30,10 +30,11 @@ def _keys(facts: Facts) -> list[Key]:
         for v, b in by.items():
             out.append(Key(f"predicted-max-{v}-{alloc}", f"largest batch {v}, predicted with {alloc} segments"
                            if alloc == "expandable" else f"largest batch {v}, predicted ({alloc})",
-                           b if b else "none", "text"))
+                           b if b else "none", "text", predicted=True))
     for v, b in (mm.max_batch or {}).items():
         measured = s.max_batch.get(v) if s is not None else None
-        out.append(Key(f"predicted-max-{v}", f"largest batch {v}, predicted", b if b else "none", "text"))
+        out.append(Key(f"predicted-max-{v}", f"largest batch {v}, predicted", b if b else "none", "text",
+                       predicted=True))
         if measured is not None:
             fixed = " (largest of the fixed --batch-sizes)" if not s.searched else ""
             out.append(Key(f"measured-max-{v}", f"largest batch {v}, measured", f"{measured}{fixed}", "text"))
@@ -59,7 +60,7 @@ def _option_rows(facts: Facts) -> list[list]:
 
 
 OPTION_COLUMNS = [Column("setup", key=True), Column("devices", "int"), Column("states on the device", "bytes"),
-                  Column("peak, batch 1 with GC", "bytes", compare=True), Column("largest batch with GC", "int"),
+                  Column("peak, batch 1 with GC", "bytes", compare=True, predicted=True), Column("largest batch with GC", "int"),
                   Column("largest batch without", "int"), Column("how", "text"), Column("host memory", "text")]
 
 
@@ -73,8 +74,9 @@ def _tables(facts: Facts) -> list[Table]:
     return out
 
 
-COLUMNS = [Column("variant", key=True), Column("batch", "int", key=True), Column("predicted peak", "bytes", compare=True),
-           Column("measured peak", "bytes", compare=True), Column("error", "pct+", compare=True),
+COLUMNS = [Column("variant", key=True), Column("batch", "int", key=True), Column("predicted peak", "bytes", compare=True,
+                                                                     predicted=True),
+           Column("measured peak", "bytes", compare=True), Column("error", "pct+", compare=True, predicted=True),
            Column("predicted peak at", "text"), Column("predicted activations after forward", "bytes"),
            Column("measured activations after forward", "bytes"), Column("fits (replayed)", "text"),
            Column("fits with expandable segments", "text"), Column("predicted reserved", "bytes"),
