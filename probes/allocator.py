@@ -226,7 +226,11 @@ def worker(work_path: str) -> int:
     from gcdoctor.session import ProbeContext, Session
 
     known = {f.name for f in fields(RunConfig)}
-    cfg = RunConfig(**{k: v for k, v in work["config"].items() if k in known})
+    # the worker's own run directory is a fresh folder beside WORK.json: the folder WORK.json is in
+    # is not empty, and a run directory that is not empty is refused (it would mix two runs)
+    settings = {k: v for k, v in work["config"].items() if k in known}
+    settings["out"] = str(Path(work_path).parent / "run")
+    cfg = RunConfig(**settings)
     session = Session(cfg)
     session.bus.subscribe(session.rundir.on_event)
     ctx = ProbeContext(session)

@@ -35,7 +35,7 @@ def test_the_worker_measures_in_a_fresh_process_and_answers_in_json(micro_llama,
     got = [(m["batch_size"], m["fits"]) for m in result["measurements"]]
     assert got == [(2, True), (3, True), (4, False)]  # up from 2 while it fits
     assert result["measurements"][2]["oom"]["kind"] == "capacity"
-    assert (tmp_path / "w" / "events.jsonl").is_file()
+    assert (tmp_path / "w" / "run" / "events.jsonl").is_file()  # its own run directory, beside WORK.json
 
 
 def test_a_worker_that_fails_says_why(tmp_path):
