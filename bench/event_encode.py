@@ -1,5 +1,5 @@
 """Cost of writing one telemetry sample as an events.jsonl line: the msgspec fast path that
-gcdoctor.events.event_to_json takes for TelemetrySampled, against the generic path (dataclass
+gcdoctor.run.events.event_to_json takes for TelemetrySampled, against the generic path (dataclass
 walk + json.dumps) every other event takes. Median of 7 runs of 20,000 encodes, warm.
 
     python bench/event_encode.py
@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gcdoctor.events import TelemetrySampled, event_to_json  # noqa: E402
+from gcdoctor.run.events import TelemetrySampled, event_to_json  # noqa: E402
 from gcdoctor.facts.serde import to_dict  # noqa: E402
 
 # the 17 series of a one-GPU NVML + psutil sampler, one missing

@@ -6,7 +6,7 @@ batch under each allocator setting in fresh processes, and the allocated peak at
 For each variant (checkpointing off and on) and allocator (default, expandable segments), one
 fresh process (gcdoctor's allocator-probe worker) measures the predicted largest batch, then the
 one above it: the prediction holds when the first fits and the second does not. Predictions come
-from gcdoctor.memory (the timeline for the peaks, the caching-allocator replay for the fits) with
+from gcdoctor.model.memory (the timeline for the peaks, the caching-allocator replay for the fits) with
 the device's own memory and the context measured in the first process. Writes
 `fresh_check.json` and prints a table. `--device cpu --memory-limit 30MB --model tiny-llama`
 runs the same logic on the CPU (there the allocator is the counter: both settings agree).
@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 
 
-from gcdoctor import fitting as F  # noqa: E402
+from gcdoctor.model import fitting as F  # noqa: E402
 
 
-from gcdoctor import memory as M  # noqa: E402
-from gcdoctor.models import load_spec  # noqa: E402
+from gcdoctor.model import memory as M  # noqa: E402
+from gcdoctor.model.registry import load_spec  # noqa: E402
 from gcdoctor.probes.allocator import ALLOC_CONF, run_worker  # noqa: E402
 
 GiB = 2**30

@@ -29,7 +29,7 @@ def main() -> int:
     from gcdoctor.probes import offload
     offload.VARIANTS = tuple(v for v in offload.VARIANTS if v.name in (offload.REFERENCE, offload.ZERO2))
     from gcdoctor.report.console import summary
-    from gcdoctor.session import Session
+    from gcdoctor.run.session import Session
 
     cfg = RunConfig(model=args.model, device=args.device, seq_len=args.seq_len, probes=["sweep", "offload"],
                     memory_limit_bytes=parse_size(args.memory_limit, "--memory-limit"), profile=False,

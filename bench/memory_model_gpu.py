@@ -1,9 +1,9 @@
-"""Check the analytic memory model (gcdoctor.memory) against measured peaks on a GPU.
+"""Check the analytic memory model (gcdoctor.model.memory) against measured peaks on a GPU.
 
     python bench/memory_model_gpu.py --out samples/memory-model/h200-llama3-8b
 
 Llama-3-8B (all 32 layers), bf16, seq 4096, AdamW (foreach), layer checkpointing off and on,
-measured with gcdoctor's own step (gcdoctor.capture.TrainingStep: a warm-up step, then a
+measured with gcdoctor's own step (gcdoctor.run.capture.TrainingStep: a warm-up step, then a
 measured one; peaks reset at the step start). Batch sizes: the ones asked for plus the
 predicted largest batch and the one after it, so the largest batch is settled by a fit and an
 OOM; a surprise (an OOM before the prediction, or a fit after it) is bisected. Prints predicted
@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 
-from gcdoctor import memory as M  # noqa: E402
-from gcdoctor.models import load_spec  # noqa: E402
+from gcdoctor.model import memory as M  # noqa: E402
+from gcdoctor.model.registry import load_spec  # noqa: E402
 
 GiB = M.GiB
 
@@ -52,8 +52,8 @@ def _tracking(backend, model):
 
 
 def build(spec, dtype: str, backend, gc_on: bool):
-    from gcdoctor.capture import enable_layer_checkpointing
-    from gcdoctor.models import build_model
+    from gcdoctor.run.capture import enable_layer_checkpointing
+    from gcdoctor.model.registry import build_model
     model = build_model(spec, dtype, backend.device)
     api = enable_layer_checkpointing(model, labelled=False) if gc_on else None
     return model, api
@@ -143,7 +143,7 @@ def _history_stop_and_summarize(top: int = 25) -> dict[str, Any] | None:
 def measure_point(model, backend, spec, variant: str, batch: int, seq_len: int, optimizer: str,
                   census: bool = False, history: bool = False) -> dict[str, Any]:
     """Warm-up step, then one measured step of gcdoctor's TrainingStep; OOM is a result."""
-    from gcdoctor.capture import TrainingStep, optimizer_state_bytes, tensor_bytes
+    from gcdoctor.run.capture import TrainingStep, optimizer_state_bytes, tensor_bytes
     res: dict[str, Any] = {"variant": variant, "batch_size": batch, "seq_len": seq_len, "fits": True}
     _free(backend)
     res["allocated_before_bytes"] = backend.memory_allocated()
@@ -382,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     hist = {(v, int(b)) for v, b in (x.split(":") for x in a.history.split(",") if x)}
     limit = None
     if a.memory_limit:
-        from gcdoctor.plan import parse_memory
+        from gcdoctor.model.plan import parse_memory
         limit = parse_memory(a.memory_limit)
     run(a.out, a.model, a.seq_len, a.dtype, a.optimizer, a.device, a.no_gc_batches, a.gc_batches, hist,
         limit, a.layers)

@@ -18,8 +18,8 @@ import json, sys, time
 t0 = time.perf_counter()
 import torch
 torch.set_num_threads(int(sys.argv[6]))
-from gcdoctor import models
-from gcdoctor.capture import TrainingStep
+from gcdoctor.model import registry as models
+from gcdoctor.run.capture import TrainingStep
 from gcdoctor.backends import get_backend
 t1 = time.perf_counter()
 model_name, layers, init, device, dtype = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]

@@ -6,7 +6,7 @@ Reproduces samples/traces/cpu-tiny-llama.json.gz (the CPU trace the trace tests 
 
 Each training step is one ProfilerStep, with `gcdoctor/forward` (holding `gcdoctor/loss`),
 `gcdoctor/backward` and `gcdoctor/optimizer` ranges around the phases, and every decoder layer
-checkpointed (non-reentrant) with gcdoctor.capture's `labelled_context_fn`, which labels each
+checkpointed (non-reentrant) with gcdoctor.run.capture's `labelled_context_fn`, which labels each
 region's forward `gcdoctor/ckpt-forward/layer<n>` and its recomputation `gcdoctor/recompute/layer<n>`:
 the labels gcdoctor's own capture writes. `--steps` and `--layers` make bigger traces for
 development benchmarks.
@@ -20,7 +20,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from gcdoctor.capture import LABEL_PREFIX, labelled_context_fn
+from gcdoctor.run.capture import LABEL_PREFIX, labelled_context_fn
 
 
 def build_model(layers: int) -> LlamaForCausalLM:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from gcdoctor.config import RunConfig
 from gcdoctor.probes.jitter import JitterProbe
-from gcdoctor.session import Session
+from gcdoctor.run.session import Session
 
 CASES = {
     "cpu-fp32": (dict(), dict()),

@@ -73,7 +73,7 @@ def build(form: str):
         return model, lambda ids: torch.nn.functional.cross_entropy(model(ids).reshape(-1, 256), ids.reshape(-1))
     model = llama("eager" if form == "double-backward" else "sdpa")  # CPU SDPA has no double backward
     if form == "labelled":
-        from gcdoctor.capture import labelled_context_fn
+        from gcdoctor.run.capture import labelled_context_fn
         model.activation_checkpointing_enable({"use_reentrant": False, "context_fn": labelled_context_fn()})
     elif form in ("hf-non-reentrant", "hf-reentrant"):
         model.activation_checkpointing_enable({"use_reentrant": form == "hf-reentrant"})

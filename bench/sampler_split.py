@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gcdoctor.events import TelemetrySampled, event_to_json  # noqa: E402
+from gcdoctor.run.events import TelemetrySampled, event_to_json  # noqa: E402
 from gcdoctor.telemetry import TelemetrySampler, open_sources  # noqa: E402
 from gcdoctor.telemetry.host import HostSource  # noqa: E402
 from gcdoctor.telemetry.nvml import NvmlSource  # noqa: E402

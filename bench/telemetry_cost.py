@@ -245,7 +245,7 @@ def cpu_cost(kind: str, rate_hz: float, seconds: float, events_path: Path | None
     on_sample = lambda t, v: None  # noqa: E731
     fh = None
     if events_path is not None:
-        from gcdoctor.events import TelemetrySampled, event_to_json
+        from gcdoctor.run.events import TelemetrySampled, event_to_json
 
         fh = open(events_path, "w")  # noqa: SIM115
 
@@ -296,7 +296,7 @@ def gpu_ab(rate_hz: float, blocks: int, steps: int, n: int, out: Path | None = N
 
     import torch
 
-    from gcdoctor.events import TelemetrySampled, event_to_json
+    from gcdoctor.run.events import TelemetrySampled, event_to_json
 
     tmp = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="gcdoctor-bench-"))
 

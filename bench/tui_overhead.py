@@ -14,7 +14,7 @@ import asyncio
 import threading
 import time
 
-from gcdoctor.events import MeasurementRecorded, ProbeStarted, RunStarted, StepMeasured, TelemetrySampled
+from gcdoctor.run.events import MeasurementRecorded, ProbeStarted, RunStarted, StepMeasured, TelemetrySampled
 from gcdoctor.tui.app import DashboardApp
 from gcdoctor.tui.sources import Source
 

@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gcdoctor.events import MeasurementRecorded, RunFinished, StepMeasured, VerdictIssued, read_events
+from gcdoctor.run.events import MeasurementRecorded, RunFinished, StepMeasured, VerdictIssued, read_events
 from gcdoctor.tui.replay import _screenshot, make_app
 
 REPO = Path(__file__).resolve().parents[1]

@@ -21,8 +21,8 @@ import torch
 
 import gcdoctor
 from gcdoctor.backends import get_backend
-from gcdoctor.capture import make_optimizer
-from gcdoctor.models import build_model, load_spec
+from gcdoctor.run.capture import make_optimizer
+from gcdoctor.model.registry import build_model, load_spec
 
 
 def main() -> None:

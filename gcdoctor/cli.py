@@ -314,18 +314,18 @@ def _print_json(data: Any) -> None:
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from gcdoctor.events import EventBus
+    from gcdoctor.run.events import EventBus
     from gcdoctor.report.console import summary
-    from gcdoctor.session import Session
+    from gcdoctor.run.session import Session
 
-    from gcdoctor.rundir import NativeOutputToLog
+    from gcdoctor.run.rundir import NativeOutputToLog
 
     cfg = config_from_args(args)
-    from gcdoctor.distributed import LAUNCH_KEY
+    from gcdoctor.run.distributed import LAUNCH_KEY
     if cfg.nproc is not None and not os.environ.get(LAUNCH_KEY):  # start the ranks (a config file's nproc
         # reaches the workers too: they are the ranks it asked for)
-        from gcdoctor import distributed
-        from gcdoctor.rundir import default_run_dir
+        from gcdoctor.run import distributed
+        from gcdoctor.run.rundir import default_run_dir
         return distributed.spawn(cfg.nproc, args.argv[args.argv.index("diagnose") + 1:],
                                  cfg.out or str(default_run_dir("diagnose", cfg.model)))
     bus = EventBus()
@@ -345,7 +345,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
             run_diagnose_app(session)
             verdicts = session.verdicts
         else:
-            from gcdoctor.console import ConsolePrinter
+            from gcdoctor.run.console import ConsolePrinter
             bus.subscribe(ConsolePrinter(verbose=args.verbose))
             verdicts = session.run()
     try:
@@ -372,11 +372,11 @@ def load_recorded(path: Path) -> Any:
     """Facts from a run directory (its facts.json) or a profiler trace file; one-line errors."""
     from gcdoctor.facts import Facts
     if path.is_dir() and not (path / "facts.json").is_file():
-        from gcdoctor.ranks import rank_dirs
+        from gcdoctor.watching.ranks import rank_dirs
         if rank_dirs(path):  # a distributed watched run: rank-<r> run directories
-            from gcdoctor.ranks import merge_ranks
+            from gcdoctor.watching.ranks import merge_ranks
             return merge_ranks(path)
-        from gcdoctor.rundir import LOCK_NAME, live_owner
+        from gcdoctor.run.rundir import LOCK_NAME, live_owner
         if any((path / m).exists() for m in (LOCK_NAME, "events.jsonl", "config.json")):  # a run, not traces
             from gcdoctor.errors import IncompleteRun
             owner = live_owner(path)
@@ -406,9 +406,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from gcdoctor.report import write_reports
     from gcdoctor.report.console import summary
     from gcdoctor.report.json_report import render_json
-    from gcdoctor.rundir import RunDirectory, default_run_dir, prepare_run_dir
+    from gcdoctor.run.rundir import RunDirectory, default_run_dir, prepare_run_dir
 
-    from gcdoctor.rundir import live_owner
+    from gcdoctor.run.rundir import live_owner
     _, th = _thresholds(args)
     path = Path(args.path)
     against = None
@@ -522,7 +522,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from gcdoctor.models import load_spec, registry
+    from gcdoctor.model.registry import load_spec, registry
     if args.json:
         out = []
         for name in sorted(registry()):
@@ -541,7 +541,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from gcdoctor import plan
+    from gcdoctor.model import plan
     text, data = plan.run_plan(args)
     if args.json:
         _print_json(data)
@@ -552,19 +552,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_monitor(args: argparse.Namespace) -> int:
     if args.out:
-        from gcdoctor.rundir import prepare_run_dir
+        from gcdoctor.run.rundir import prepare_run_dir
         prepare_run_dir(args.out, args.force)
-    from gcdoctor.tui.monitor import run_monitor
+    from gcdoctor.monitor.session import run_monitor
     return run_monitor(args)
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from gcdoctor.autowatch import run_watch
+    from gcdoctor.watching.autowatch import run_watch
     return run_watch(args)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from gcdoctor.regression import compare_json, regressions
+    from gcdoctor.report.regression import compare_json, regressions
     from gcdoctor.report.compare import compare_rows, load_run, run_compare
     pct = args.fail_on_regression
     if args.json:
@@ -630,7 +630,7 @@ def _late_signals_exit_130() -> None:
 def _crash(exc: BaseException) -> int:
     """An unexpected exception: one line on stderr, the traceback in the run directory (or in
     ./gcdoctor-runs/ when no run directory was opened), exit code 3."""
-    from gcdoctor import rundir
+    from gcdoctor.run import rundir
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     where = None
     try:
@@ -664,7 +664,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return EXIT_USAGE
         signal.signal(signal.SIGTERM, _sigterm)
-        from gcdoctor.rundir import forget_current
+        from gcdoctor.run.rundir import forget_current
         forget_current()
         return COMMANDS[args.command](args)
     except IncompleteRun as exc:

@@ -89,7 +89,7 @@ def recipe_of(facts: Facts) -> Recipe | None:
 def environment(recipe: Recipe) -> dict[str, str]:
     if recipe.choice.setting.allocator != "expandable":
         return {}
-    from gcdoctor.allocator import expandable_setting
+    from gcdoctor.model.allocator import expandable_setting
     name, _, value = expandable_setting(recipe.facts.environment.device_kind or "cuda").partition("=")
     return {name: value}
 

@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 from torch.profiler import record_function
 
-from gcdoctor.capture import LABEL_PREFIX
+from gcdoctor.run.capture import LABEL_PREFIX
 
 # DeepSpeed's accelerators by gcdoctor backend kind. DeepSpeed has no MUSA accelerator (its
 # SUPPORTED_ACCELERATOR_LIST, deepspeed/accelerator/real_accelerator.py; docs/musa.md): on MUSA
@@ -265,7 +265,7 @@ def initialize(deepspeed: Any, model: Any, config: dict[str, Any]) -> Any:
 
 def host_state_bytes(engine: Any) -> int | None:
     """Bytes the ZeRO optimizer keeps on the host: fp32 master partitions and the Adam moments."""
-    from gcdoctor.capture import tensor_bytes
+    from gcdoctor.run.capture import tensor_bytes
     opt = getattr(engine, "optimizer", None)
     if opt is None:
         return None

@@ -1,6 +1,6 @@
 """The memory model in a diagnose session: the facts for the session's device (its memory,
 --memory-limit, the memory outside the allocator as measured) and the prediction of each point the
-batch sweep measures. The probe side of gcdoctor.fitting: it reads the ProbeContext, so the model
+batch sweep measures. The probe side of gcdoctor.model.fitting: it reads the ProbeContext, so the model
 never reaches up into a session.
 """
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from gcdoctor.facts.memory import MemoryModelFacts
-from gcdoctor.fitting import memory_model_facts, predicted_point_for
-from gcdoctor.memory import CONTEXT_SOURCE, DEVICE_CONTEXT_BYTES, DEVICE_KINDS, MiB
+from gcdoctor.model.fitting import memory_model_facts, predicted_point_for
+from gcdoctor.model.memory import CONTEXT_SOURCE, DEVICE_CONTEXT_BYTES, DEVICE_KINDS, MiB
 
 
 def predict_for_measurement(ctx: Any, m: Any, variant: str) -> int | None:
@@ -18,7 +18,7 @@ def predict_for_measurement(ctx: Any, m: Any, variant: str) -> int | None:
     Stores the prediction in `ctx.facts.memory_model` (created on first use, with the
     device's capacity and the predicted largest batches) and returns the predicted peak.
     `ctx` is the session's ProbeContext (spec as built, dtype, seq_len, config.optimizer,
-    backend); the step predicted is gcdoctor.capture.TrainingStep's.
+    backend); the step predicted is gcdoctor.run.capture.TrainingStep's.
     """
     seq_len = getattr(m, "seq_len", None) or ctx.seq_len
     optimizer = getattr(ctx.config, "optimizer", None) or "adamw"

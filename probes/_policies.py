@@ -304,7 +304,7 @@ def chunked_loss_supported(model: Any) -> str | None:
 
 def chunked_loss_supported_spec(spec: Any) -> str | None:
     """chunked_loss_supported from the spec alone (before a model is built)."""
-    from gcdoctor.memory import EXACT_TYPES
+    from gcdoctor.model.memory import EXACT_TYPES
     if spec.model_type not in EXACT_TYPES:
         return f"model_type {spec.model_type!r}: its logits may be transformed (softcapping, scale)"
     return None
@@ -322,7 +322,7 @@ def chunked_causal_lm_loss(model: Any, input_ids: torch.Tensor, chunks: int = LO
     checkpoint: only one slice's logits exist at once, in the forward and in the backward."""
     from torch.profiler import record_function
 
-    from gcdoctor.capture import LABEL_PREFIX
+    from gcdoctor.run.capture import LABEL_PREFIX
     hidden = model.model(input_ids=input_ids, use_cache=False).last_hidden_state
     with record_function(LABEL_PREFIX + "loss"):
         h = hidden[:, :-1].reshape(-1, hidden.shape[-1])
@@ -429,7 +429,7 @@ def expected_saved_per_token(policy: str, spec: Any, dtype: str) -> int | None:
     """What one decoder layer should keep per token under `policy`, its output included, where the
     policy implies a number: the memory model's layer bytes without checkpointing, its input with
     checkpointing, the matmul and attention outputs for selective-op."""
-    from gcdoctor import memory as M
+    from gcdoctor.model import memory as M
     e = M.DTYPE_BYTES[dtype]
     full = M.layer_activation_bytes_per_token(spec, dtype)
     residue = M.checkpoint_residue_bytes_per_token(spec, dtype)
@@ -455,7 +455,7 @@ def check_policy(model: Any, policy: str, backend: Any, batch: int, seq_len: int
     compiled policies; the policy applied here and undone before returning); judge it from its
     trace and its kept bytes. `profile` False (--no-profile): no trace; the regions are those
     checkpoint entered in the forward (counted by their context_fn) and no share is measured."""
-    from gcdoctor.capture import TrainingStep, profile_steps
+    from gcdoctor.run.capture import TrainingStep, profile_steps
     from gcdoctor.trace.load import load_trace
     from gcdoctor.trace.recompute import find_recompute
 
@@ -527,7 +527,7 @@ def _range_ns(t: Any, name: str) -> int:
 
 
 def _judge(out: CheckResult, policy: str, spec: Any, dtype: str, tokens: int, share: float | None) -> None:
-    from gcdoctor import memory as M
+    from gcdoctor.model import memory as M
     chk = out.check
     chk.recompute_share_pct = None if share is None else round(share, 1)
     n = len(out.kept_per_layer) or spec.n_layers

@@ -16,7 +16,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import checkpoint
 
-from gcdoctor.capture import labelled_context_fn
+from gcdoctor.run.capture import labelled_context_fn
 
 # ops that move no data: not counted
 _FREE_OPS = {"detach", "alias", "lift_fresh", "_to_copy_noop"}

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 from torch.profiler import record_function
 
-from gcdoctor.capture import LABEL_PREFIX, TrainingStep, enable_layer_checkpointing, labelled_context_fn
+from gcdoctor.run.capture import LABEL_PREFIX, TrainingStep, enable_layer_checkpointing, labelled_context_fn
 
 FSDP2, ZERO3 = "fsdp2", "zero3"
 STRATEGIES = (FSDP2, ZERO3)

@@ -31,7 +31,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from gcdoctor.allocator import alloc_conf_env
+from gcdoctor.model.allocator import alloc_conf_env
 from gcdoctor.facts import AllocatorFacts, Measurement
 from gcdoctor.facts.serde import from_dict, to_dict
 from gcdoctor.facts.sweep import AllocatorBoundary, FreshRun
@@ -59,7 +59,7 @@ class AllocatorProbe:
             return
         facts = ctx.facts.allocator = AllocatorFacts(steps=STEPS)
         ctx.backend.release_workspaces()
-        from gcdoctor.capture import free_memory
+        from gcdoctor.run.capture import free_memory
         free_memory(ctx.backend)
         info = getattr(ctx.backend, "mem_get_info", lambda: None)()
         if info is not None:
@@ -84,7 +84,7 @@ class AllocatorProbe:
             return None
         if not parent or not mm.capacity_bytes:
             return (mm.max_batch_by_allocator.get(allocator) or {}).get(variant)
-        from gcdoctor.fitting import max_batch_fresh
+        from gcdoctor.model.fitting import max_batch_fresh
         return max_batch_fresh(ctx.spec, mm.capacity_bytes - parent, mm.seq_len, mm.dtype, mm.optimizer,
                                  variant == "gc", mm.device, allocator, mm.context_bytes, mm.limit_bytes)
 
@@ -182,8 +182,8 @@ def _fill(bound: AllocatorBoundary, m: Measurement) -> None:
 
 
 def _recorded(probe: str, m: Measurement):
-    from gcdoctor.events import MeasurementRecorded
-    from gcdoctor.session import measurement_row
+    from gcdoctor.run.events import MeasurementRecorded
+    from gcdoctor.run.session import measurement_row
     return MeasurementRecorded(probe, measurement_row(m))
 
 
@@ -221,9 +221,9 @@ def worker(work_path: str) -> int:
     mode "list": each batch in order. mode "boundary": from the first batch, up by one while it
     fits (to `high`), or down by one until one fits (to `low`); at most `max_trials` points."""
     work = json.loads(Path(work_path).read_text())
-    from gcdoctor.capture import TrainingStep, enable_layer_checkpointing
+    from gcdoctor.run.capture import TrainingStep, enable_layer_checkpointing
     from gcdoctor.config import RunConfig
-    from gcdoctor.session import ProbeContext, Session
+    from gcdoctor.run.session import ProbeContext, Session
 
     known = {f.name for f in fields(RunConfig)}
     # the worker's own run directory is a fresh folder beside WORK.json: the folder WORK.json is in
@@ -235,7 +235,7 @@ def worker(work_path: str) -> int:
     session.bus.subscribe(session.rundir.on_event)
     ctx = ProbeContext(session)
     session.current_probe = "allocator"
-    from gcdoctor.events import PhaseTimed, process_age_s
+    from gcdoctor.run.events import PhaseTimed, process_age_s
     startup = process_age_s()
     if startup is not None:  # imports and device set-up of this fresh process
         session.bus.emit(PhaseTimed("allocator", "start-up", startup, "fresh process"))

@@ -2,7 +2,7 @@
 peak memory at each batch (the memory/time trade-off, measured at equal settings).
 
 The search is guided by the memory model: it measures the batch the caching-allocator replay
-predicts to be the largest (gcdoctor.fitting.max_batch_fresh), then its neighbour, and falls back
+predicts to be the largest (gcdoctor.model.fitting.max_batch_fresh), then its neighbour, and falls back
 to doubling and bisection when either surprises it. Each variant's search records its strategy,
 the prediction, how many trials ran out of memory and how long it took.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from gcdoctor.capture import TrainingStep, enable_layer_checkpointing, free_memory
+from gcdoctor.run.capture import TrainingStep, enable_layer_checkpointing, free_memory
 from gcdoctor.facts import Measurement, SearchTrial, SweepFacts
 
 VARIANTS = ("no_gc", "gc")
@@ -219,12 +219,12 @@ class SweepProbe:
     def _memory_snapshot(ctx, variant: str, batch: int, model, facts: SweepFacts) -> None:
         """One step at the sweep's peak point (checkpointing's largest batch) under the allocator's
         history recorder, after a warm-up step; the pickle for pytorch.org/memory_viz and its
-        live tensors at the peak attributed (gcdoctor.snapshot)."""
+        live tensors at the peak attributed (gcdoctor.model.snapshot)."""
         import pickle
 
         import torch
 
-        from gcdoctor.snapshot import attribute
+        from gcdoctor.model.snapshot import attribute
         mem = getattr(getattr(torch, ctx.backend.kind, None), "memory", None)
         record = getattr(mem, "_record_memory_history", None)
         snap = getattr(mem, "_snapshot", None)

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import torch
 
-from gcdoctor.capture import TrainingStep, enable_layer_checkpointing, free_memory
+from gcdoctor.run.capture import TrainingStep, enable_layer_checkpointing, free_memory
 from gcdoctor.config import RunConfig
 from gcdoctor.facts import Facts
 from gcdoctor.facts.granularity import GranularityFacts, GranularityGroup, GranularityVariant
@@ -394,7 +394,7 @@ class SyntheticStack(torch.nn.Module):
 
     def __init__(self, hidden: int, blocks: int, tokens: int, dtype: str, device: Any, seed: int = 0) -> None:
         super().__init__()
-        from gcdoctor.models import torch_dtype
+        from gcdoctor.model.registry import torch_dtype
         dt = torch_dtype(dtype)
         torch.manual_seed(seed)
         with torch.device(device):

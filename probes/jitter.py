@@ -25,7 +25,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from gcdoctor.capture import TrainingStep, enable_layer_checkpointing, free_memory, make_optimizer
+from gcdoctor.run.capture import TrainingStep, enable_layer_checkpointing, free_memory, make_optimizer
 from gcdoctor.facts.jitter import JitterComparison, JitterFacts, JitterRun
 
 STEPS = 8
@@ -110,7 +110,7 @@ class JitterProbe:
     def run(self, ctx) -> None:
         import torch
 
-        from gcdoctor.models import torch_dtype
+        from gcdoctor.model.registry import torch_dtype
 
         t_start = time.monotonic()
         cfg, backend = ctx.config, ctx.backend
@@ -284,7 +284,7 @@ class _Runner:
 def _micro_batched_loss(n: int):
     """A forward that splits the batch into n micro-batches, back-propagates all but the last
     itself and returns the mean loss whose backward adds the last one (gradient accumulation)."""
-    from gcdoctor.capture import _causal_lm_loss
+    from gcdoctor.run.capture import _causal_lm_loss
 
     def forward(model, input_ids):
         parts = input_ids.chunk(n)

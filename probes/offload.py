@@ -30,7 +30,7 @@ import psutil
 import torch
 from torch.profiler import record_function
 
-from gcdoctor.capture import LABEL_PREFIX, TrainingStep, _causal_lm_loss, enable_layer_checkpointing, free_memory
+from gcdoctor.run.capture import LABEL_PREFIX, TrainingStep, _causal_lm_loss, enable_layer_checkpointing, free_memory
 from gcdoctor.errors import RunInterrupted
 from gcdoctor.facts import Facts, Measurement
 from gcdoctor.facts.offload import (CheckpointOffloadCheck, OffloadFacts, OffloadVariant, derive_link_whatif,
@@ -147,7 +147,7 @@ class OffloadProbe:
         if facts.link_efficiency is None:
             ctx.facts.unavailable["offload.link_whatif"] = (
                 "CPU run: no host link" if kind == "cpu" else
-                "no pinned copy was measured against a known link peak (gcdoctor.hardware): no slower-link what-if")
+                "no pinned copy was measured against a known link peak (gcdoctor.model.hardware): no slower-link what-if")
         self._ds.close()
         ctx.save()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from gcdoctor.capture import TrainingStep, enable_layer_checkpointing, free_memory
+from gcdoctor.run.capture import TrainingStep, enable_layer_checkpointing, free_memory
 from gcdoctor.facts import OptimizerFacts
 
 ALTERNATIVES = ("adamw-forloop", "adamw-fused")
@@ -74,7 +74,7 @@ class OptimizerProbe:
     @staticmethod
     def _predict(ctx, facts: OptimizerFacts) -> None:
         try:
-            from gcdoctor import memory as M
+            from gcdoctor.model import memory as M
         except ImportError:
             return
         kind = ctx.backend.kind if ctx.backend.kind in M.DEVICE_KINDS else "cuda"

@@ -7,7 +7,7 @@
    where the run trains with AdamW, a chunked loss where it raises the predicted largest batch,
    expandable segments on a device (the allocator variable needs a fresh process: the full-model
    measurement below runs with this process's allocator, the confirmation with the setting's). The memory model predicts the full model's largest batch
-   from the layer's kept bytes (gcdoctor.memory.policy_max_batch).
+   from the layer's kept bytes (gcdoctor.model.memory.policy_max_batch).
 3. A policy that keeps no fewer bytes than another and was no faster per layer is dropped before
    the full model runs it; the rest are measured once each on the full model at the predicted
    largest batch (one batch lower after an OOM; the target batch, or a divisor of the global
@@ -25,7 +25,7 @@ import os
 import time
 from typing import Any, Callable
 
-from gcdoctor.capture import TrainingStep, free_memory
+from gcdoctor.run.capture import TrainingStep, free_memory
 from gcdoctor.facts.policies import (POLICY_NONE, POLICY_OFFLOAD, PolicyCandidate, PolicyFacts, PolicySetting,
                                      RecipeChoice, RecipeConfirmation)
 from gcdoctor.facts.serde import from_dict
@@ -114,7 +114,7 @@ class PoliciesProbe:
 
     # 2. settings and predictions ---------------------------------------------------------------
     def _room(self, ctx) -> int | None:
-        from gcdoctor import memory as M
+        from gcdoctor.model import memory as M
         b = ctx.backend
         if b.kind == "cpu":
             return b.memory_limit()
@@ -127,7 +127,7 @@ class PoliciesProbe:
         return min(room, limit) if limit else room
 
     def _predict(self, ctx, facts: PolicyFacts, checks: dict[str, P.CheckResult]) -> None:
-        from gcdoctor import memory as M
+        from gcdoctor.model import memory as M
         cfg = ctx.config
         kind = ctx.backend.kind
         dev = kind if kind in M.DEVICE_KINDS else "cuda"
@@ -298,7 +298,7 @@ class PoliciesProbe:
 
     def _confirm_one(self, ctx, choice: RecipeChoice) -> RecipeConfirmation:
         from gcdoctor.probes.allocator import ALLOC_CONF, run_worker
-        from gcdoctor.allocator import alloc_conf_env
+        from gcdoctor.model.allocator import alloc_conf_env
         s = choice.setting
         label = f"confirm-{len(ctx.facts.policies.confirmations)}"
         out = ctx.rundir.file(f"policies/{label}")
@@ -376,7 +376,7 @@ def recipe_step_factory(model: Any, work: dict[str, Any], backend: Any) -> Calla
         return None
     P.apply_policy(model, setting.get("policy", POLICY_NONE), device_kind=backend.kind)
     loss_fn = P.chunked_causal_lm_loss if setting.get("chunked_loss") else None
-    from gcdoctor.capture import _causal_lm_loss
+    from gcdoctor.run.capture import _causal_lm_loss
     loss_fn = loss_fn or _causal_lm_loss
     acc = int(work.get("accumulation") or 1)
     if acc <= 1:

@@ -1,7 +1,7 @@
 """The rules, in one explicit table. Each module holds one rule; no import-time discovery."""
 from __future__ import annotations
 
-from gcdoctor.engine import Rule
+from gcdoctor.types import Rule
 from gcdoctor.rules.allocator_boundary import AllocatorBoundaryRule
 from gcdoctor.rules.device_starving_cpu import DeviceStarvingCpuRule
 from gcdoctor.rules.exposed_communication import ExposedCommunicationRule

@@ -4,7 +4,7 @@ rule that judges one cause. Each cause's idle time is judged by exactly one rule
 lies inside checkpointed regions is GC010's (granularity), and copies are GC020's."""
 from __future__ import annotations
 
-from gcdoctor.engine import CONFIGURATION, Evidence, Rule, Verdict
+from gcdoctor.types import CONFIGURATION, Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.trace import JudgedWindow, TraceKey, judged_window, trace_window
 from gcdoctor.rules._offload import PHASES, STEP_PROBES

@@ -2,7 +2,7 @@
 confirmation (or plainly unconfirmed), what it beats, and why an earlier candidate was rejected."""
 from __future__ import annotations
 
-from gcdoctor.engine import Evidence, Rule, Verdict
+from gcdoctor.types import Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.policies import PolicyFacts, RecipeChoice, RecipeConfirmation
 from gcdoctor.recipe import (ASSUMED, batch_words, describe, extras_words, largest_batch_recipe, pick, points,
@@ -96,7 +96,7 @@ def _evidence(pf: PolicyFacts, facts: Facts) -> list[Evidence]:
 
 def _how(choice: RecipeChoice, facts: Facts) -> str:
     """The recommendation: each setting the job changes, in words a training script maps to code."""
-    from gcdoctor.allocator import expandable_setting
+    from gcdoctor.model.allocator import expandable_setting
     s = choice.setting
     parts = []
     if s.allocator == "expandable":

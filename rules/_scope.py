@@ -7,7 +7,7 @@ the granularity and offload probes' variants (and the launch-cost microbenchmark
 """
 from __future__ import annotations
 
-from gcdoctor.engine import CONFIGURATION, EXPERIMENT
+from gcdoctor.types import CONFIGURATION, EXPERIMENT
 from gcdoctor.facts.trace import TraceKey
 
 EXPERIMENT_PROBES = ("granularity", "offload", "launch", "sharding")

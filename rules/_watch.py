@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 
-from gcdoctor.engine import CONFIGURATION, Evidence, Rule, Verdict
+from gcdoctor.types import CONFIGURATION, Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.rules._sweep import gib
 
@@ -150,7 +150,7 @@ def memory_headroom(rule: Rule, facts: Facts, t: dict[str, float]) -> Verdict:
     if w.recompute is not None and w.recompute.overhead_pct is not None:
         cost = f"; its recomputation adds {w.recompute.overhead_pct:.0f}% to the step"
         ev.append(Evidence("recompute overhead (GC001)", w.recompute.overhead_pct, "%"))
-    if other.fits is not None:  # the caching allocator replayed for a fresh process (gcdoctor.allocator)
+    if other.fits is not None:  # the caching allocator replayed for a fresh process (gcdoctor.model.allocator)
         ev.append(Evidence("without checkpointing, fits the replayed allocator", "yes" if other.fits else "no"))
     if peak_without <= usable and other.fits is not False:
         return rule.fired(

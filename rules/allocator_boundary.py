@@ -1,8 +1,8 @@
 """GC009 allocator-boundary."""
 from __future__ import annotations
 
-from gcdoctor.allocator import expandable_setting
-from gcdoctor.engine import Evidence, Rule
+from gcdoctor.model.allocator import expandable_setting
+from gcdoctor.types import Evidence, Rule
 from gcdoctor.facts import Facts
 from gcdoctor.rules._sweep import gib
 

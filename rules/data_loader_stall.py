@@ -1,7 +1,7 @@
 """GC024 data-loader-stall."""
 from __future__ import annotations
 
-from gcdoctor.engine import Verdict
+from gcdoctor.types import Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.trace import JudgedWindow
 from gcdoctor.rules._host import HostCauseRule

@@ -1,7 +1,7 @@
 """GC041 device-starving-cpu."""
 from __future__ import annotations
 
-from gcdoctor.engine import Evidence, Rule, Verdict
+from gcdoctor.types import Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.monitor import TelemetryWindow
 from gcdoctor.rules._telemetry_windows import collect, device_keys

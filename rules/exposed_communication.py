@@ -1,7 +1,7 @@
 """GC061 exposed-communication."""
 from __future__ import annotations
 
-from gcdoctor.engine import Evidence, Rule
+from gcdoctor.types import Evidence, Rule
 from gcdoctor.facts import Facts
 from gcdoctor.facts.trace import judged_window
 from gcdoctor.rules._dist import setup, worst

@@ -1,7 +1,7 @@
 """GC028 host-starved-device."""
 from __future__ import annotations
 
-from gcdoctor.engine import Evidence, Verdict
+from gcdoctor.types import Evidence, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.trace import JudgedWindow
 from gcdoctor.rules._host import HostCauseRule, one_off_evidence, per_step

@@ -1,7 +1,7 @@
 """GC002 insufficient-memory-saving."""
 from __future__ import annotations
 
-from gcdoctor.engine import Evidence, Rule
+from gcdoctor.types import Evidence, Rule
 from gcdoctor.facts import Facts
 from gcdoctor.facts.views import EqualBatch
 from gcdoctor.rules._sweep import equal_batch_pair, gib

@@ -1,7 +1,7 @@
 """GC011 launch-cost-headroom."""
 from __future__ import annotations
 
-from gcdoctor.engine import EXPERIMENT, Evidence, Rule, Verdict
+from gcdoctor.types import EXPERIMENT, Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.granularity import WHATIF_HOST
 

@@ -1,7 +1,7 @@
 """GC010 launch-overhead-bound granularity."""
 from __future__ import annotations
 
-from gcdoctor.engine import CONFIGURATION, EXPERIMENT, SEVERITY_ORDER, Evidence, Rule, Verdict
+from gcdoctor.types import CONFIGURATION, EXPERIMENT, SEVERITY_ORDER, Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.granularity import GranularityGroup, GranularityVariant, LaunchCost
 from gcdoctor.facts.trace import TraceKey, judged_window, trace_window

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gcdoctor.engine import CONFIGURATION, EXPERIMENT, Evidence, Rule, Verdict
+from gcdoctor.types import CONFIGURATION, EXPERIMENT, Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.jitter import JitterComparison, JitterFacts
 

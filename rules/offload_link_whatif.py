@@ -1,7 +1,7 @@
 """GC012 offload-link-whatif."""
 from __future__ import annotations
 
-from gcdoctor.engine import EXPERIMENT, Evidence, Rule, Verdict
+from gcdoctor.types import EXPERIMENT, Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.offload import OffloadFacts, OffloadVariant
 

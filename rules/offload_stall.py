@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gcdoctor.units import cost_words
-from gcdoctor.engine import CONFIGURATION, EXPERIMENT, SEVERITY_ORDER, Evidence, Rule, Verdict
+from gcdoctor.types import CONFIGURATION, EXPERIMENT, SEVERITY_ORDER, Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.offload import OffloadVariant, read_copies, stall_shares
 from gcdoctor.rules._offload import CpuLoad, link_peak, ms, pct, steps_in

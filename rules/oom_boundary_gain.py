@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from gcdoctor.units import fmt_bytes
-from gcdoctor.engine import Evidence, Rule
+from gcdoctor.types import Evidence, Rule
 from gcdoctor.facts import Facts
 
 

@@ -1,7 +1,7 @@
 """GC008 optimizer-step-peak."""
 from __future__ import annotations
 
-from gcdoctor.engine import Evidence, Rule
+from gcdoctor.types import Evidence, Rule
 from gcdoctor.facts import Facts
 from gcdoctor.rules._sweep import gib
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gcdoctor.units import cost_words
-from gcdoctor.engine import CONFIGURATION, Evidence, Rule, Verdict
+from gcdoctor.types import CONFIGURATION, Evidence, Rule, Verdict
 from gcdoctor.facts import Facts, Measurement
 from gcdoctor.facts.views import spread_pct
 
@@ -250,7 +250,7 @@ class PrescriptionRule(Rule):
                          f"{d.world_size} ranks")
             line = line.replace(f"at batch {target}:", f"at batch {target}/rank:", 1)
         if choice.needs_expandable(target):
-            from gcdoctor.allocator import expandable_setting
+            from gcdoctor.model.allocator import expandable_setting
             settings += (f", with {expandable_setting(facts.environment.device_kind)} in the job's environment "
                          "(set before the device initialises)")
             line = line.replace(f"at batch {target}", f"at batch {target} (expandable segments)", 1)

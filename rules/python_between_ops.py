@@ -1,7 +1,7 @@
 """GC025 python-between-ops."""
 from __future__ import annotations
 
-from gcdoctor.engine import Evidence, Verdict
+from gcdoctor.types import Evidence, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.trace import JudgedWindow
 from gcdoctor.rules._host import PHASE_WORDS, HostCauseRule, where

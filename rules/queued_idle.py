@@ -1,7 +1,7 @@
 """GC029 device-queued-idle."""
 from __future__ import annotations
 
-from gcdoctor.engine import Evidence, Verdict
+from gcdoctor.types import Evidence, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.trace import JudgedWindow
 from gcdoctor.rules._host import HostCauseRule, per_step, sampled, top

@@ -1,9 +1,9 @@
 """GC050 rank-straggler."""
 from __future__ import annotations
 
-from gcdoctor.engine import CONFIGURATION, Evidence, Rule
+from gcdoctor.types import CONFIGURATION, Evidence, Rule
 from gcdoctor.facts import Facts
-from gcdoctor.ranks import own_time_ms, spread
+from gcdoctor.watching.ranks import own_time_ms, spread
 
 
 class RankStragglerRule(Rule):

@@ -1,7 +1,7 @@
 """GC013 recipe-gap."""
 from __future__ import annotations
 
-from gcdoctor.engine import CONFIGURATION, Evidence, Rule, Verdict
+from gcdoctor.types import CONFIGURATION, Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.recipe import describe, policy_words
 

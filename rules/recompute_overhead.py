@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from gcdoctor.units import cost_words
-from gcdoctor.engine import Evidence, Rule
+from gcdoctor.types import Evidence, Rule
 from gcdoctor.facts import Facts
 from gcdoctor.facts.views import EqualBatch
 from gcdoctor.rules._sweep import equal_batch_pair

@@ -1,7 +1,7 @@
 """GC062 recompute-regather."""
 from __future__ import annotations
 
-from gcdoctor.engine import CONFIGURATION, EXPERIMENT, Evidence, Rule, Verdict
+from gcdoctor.types import CONFIGURATION, EXPERIMENT, Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.distributed import CommMetrics
 from gcdoctor.rules._dist import per_step, setup

@@ -1,7 +1,7 @@
 """GC006 recompute-share."""
 from __future__ import annotations
 
-from gcdoctor.engine import Evidence, Rule
+from gcdoctor.types import Evidence, Rule
 from gcdoctor.facts import Facts
 from gcdoctor.rules._scope import probe_of, scope_of
 
@@ -28,7 +28,7 @@ class RecomputeShareRule(Rule):
     Check for nested checkpoints (a model that checkpoints internally wrapped again by the
     trainer), prefer `use_reentrant=False`, checkpoint whole layers, and read the granularity
     verdict (GC010). To label your own checkpoints, pass
-    `context_fn=gcdoctor.capture.labelled_context_fn()` to `torch.utils.checkpoint.checkpoint`.
+    `context_fn=gcdoctor.run.capture.labelled_context_fn()` to `torch.utils.checkpoint.checkpoint`.
     """
 
     code = "GC006"

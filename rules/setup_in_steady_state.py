@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from gcdoctor.engine import Evidence, Verdict
+from gcdoctor.types import Evidence, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.trace import JudgedWindow
 from gcdoctor.rules._host import HostCauseRule, per_step, top

@@ -1,7 +1,7 @@
 """GC060 sharded-states."""
 from __future__ import annotations
 
-from gcdoctor.engine import Evidence, Rule
+from gcdoctor.types import Evidence, Rule
 from gcdoctor.facts import Facts
 from gcdoctor.rules._dist import DTYPE_BYTES, setup, size, sweep_rows
 from gcdoctor.rules._sweep import gib
@@ -38,7 +38,7 @@ class ShardedStatesRule(Rule):
     topic = "distributed"
     defaults = {
         # FSDP2 pads each tensor's dim 0 to a multiple of N and ZeRO-3 keeps tensors under 1e5
-        # elements whole: together a few percent for Llama-class models (gcdoctor.sharding); more
+        # elements whole: together a few percent for Llama-class models (gcdoctor.model.sharding); more
         # than 10% above 1/N is a module that is not sharded
         "max_excess_pct": 10.0,
     }

@@ -1,7 +1,7 @@
 """GC063 sharding-variant."""
 from __future__ import annotations
 
-from gcdoctor.engine import EXPERIMENT, Evidence, Rule, Verdict
+from gcdoctor.types import EXPERIMENT, Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.distributed import DistributedFacts, ShardVariant
 from gcdoctor.rules._dist import per_step, size

@@ -1,7 +1,7 @@
 """GC027 straggler-rank."""
 from __future__ import annotations
 
-from gcdoctor.engine import CONFIGURATION, Evidence, Rule, Verdict
+from gcdoctor.types import CONFIGURATION, Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
 
 

@@ -1,7 +1,7 @@
 """GC026 trace-coverage."""
 from __future__ import annotations
 
-from gcdoctor.engine import Evidence, Rule, Verdict
+from gcdoctor.types import Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.trace import TOO_LITTLE, TraceKey, judged_window
 from gcdoctor.rules._host import sampled as _sampled

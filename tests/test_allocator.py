@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gcdoctor import allocator as A
+from gcdoctor.model import allocator as A
 from gcdoctor.backends import oom as O
-from gcdoctor.models import load_spec
+from gcdoctor.model.registry import load_spec
 
 MiB = 2**20
 
@@ -85,8 +85,8 @@ def test_a_replayed_step_leaves_only_the_model_behind():
     assert sim[1].peak_allocated > sim[0].peak_allocated
     # a fresh process at the same batch: reserved bytes follow from the layout, the allocated peak
     # is the memory model's (rounded to 512 B per tensor)
-    from gcdoctor import fitting as F
-    from gcdoctor import memory as M
+    from gcdoctor.model import fitting as F
+    from gcdoctor.model import memory as M
     w = M.Workload(4, 128, gc=True)
     fresh = F.fit(spec, w, 10**12)
     assert fresh.peak_allocated >= M.predict(spec, w).peak_bytes

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from gcdoctor import allocator as A
-from gcdoctor import fitting as F
-from gcdoctor import memory as M
+from gcdoctor.model import allocator as A
+from gcdoctor.model import fitting as F
+from gcdoctor.model import memory as M
 from gcdoctor.backends import oom as O
 from gcdoctor.facts import Facts
-from gcdoctor.models import load_spec
-from gcdoctor.plan import run_plan
+from gcdoctor.model.registry import load_spec
+from gcdoctor.model.plan import run_plan
 
 SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "h200-llama3-8b-diagnose" / "facts.json"
 GiB = 2**30

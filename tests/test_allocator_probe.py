@@ -13,7 +13,7 @@ from gcdoctor.config import RunConfig
 from gcdoctor.errors import UserError
 from gcdoctor.probes import select_probes
 from gcdoctor.probes.allocator import AllocatorProbe, run_worker
-from gcdoctor.session import ProbeContext, Session
+from gcdoctor.run.session import ProbeContext, Session
 
 
 def _config(micro_llama, out, **kw):

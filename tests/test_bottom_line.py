@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gcdoctor.engine import EXPERIMENT, Verdict, evaluate
+from gcdoctor.engine import evaluate
+from gcdoctor.types import EXPERIMENT, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.report.bottom_line import bottom_line, bottom_line_for, bottom_line_text
 

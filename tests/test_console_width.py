@@ -59,8 +59,8 @@ def test_rules_and_explain_fit_80_columns(argv, capsys):
 def test_the_live_log_wraps_at_80_columns_off_a_terminal():
     import io
 
-    from gcdoctor.console import ConsolePrinter
-    from gcdoctor.events import VerdictIssued
+    from gcdoctor.run.console import ConsolePrinter
+    from gcdoctor.run.events import VerdictIssued
     out = io.StringIO()
     printer = ConsolePrinter(out)
     printer(VerdictIssued({"severity": "ok", "code": "GC005", "headline": "Without checkpointing, batches up to 4 "

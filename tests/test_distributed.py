@@ -1,5 +1,5 @@
 """A diagnose over several ranks, piece by piece, without starting ranks (except one bad launch):
-the launch found in the environment, the per-rank states of `gcdoctor.sharding` and `plan --shard`,
+the launch found in the environment, the per-rank states of `gcdoctor.model.sharding` and `plan --shard`,
 the communication metrics of a hand-made device trace and of recorded gloo traces, and the sharding
 rules GC060-GC063 on the recorded 2-rank CPU run and on edits of it."""
 from __future__ import annotations
@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from gcdoctor import distributed as D
-from gcdoctor import sharding as S
+from gcdoctor.run import distributed as D
+from gcdoctor.model import sharding as S
 from gcdoctor.engine import evaluate, evaluate_rule
 from gcdoctor.errors import UserError
 from gcdoctor.facts import Facts
-from gcdoctor.models import load_spec
+from gcdoctor.model.registry import load_spec
 from gcdoctor.rules import find_rule
 from gcdoctor.trace import load_trace
 from gcdoctor.trace.comm import collective_kind, comm_metrics, is_comm_kernel
@@ -278,7 +278,7 @@ def test_the_report_shows_the_sharded_section(run, tmp_path):
 
 
 def test_sharding_and_communication_code_imports_no_torch():
-    code = ("import sys, gcdoctor.sharding, gcdoctor.trace.comm, gcdoctor.facts.distributed, gcdoctor.distributed, "
+    code = ("import sys, gcdoctor.model.sharding, gcdoctor.trace.comm, gcdoctor.facts.distributed, gcdoctor.run.distributed, "
             "gcdoctor.report.sections.distributed; "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')); "
             "print(bad); sys.exit(1 if bad else 0)")

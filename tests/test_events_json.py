@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gcdoctor.events import (LogMessage, RunStarted, StepMeasured, TelemetrySampled, event_from_json,
+from gcdoctor.run.events import (LogMessage, RunStarted, StepMeasured, TelemetrySampled, event_from_json,
                              event_to_json)
 from gcdoctor.facts.serde import to_dict
 

@@ -38,7 +38,8 @@ def test_1_fail_on_judges_configuration_verdicts(tmp_path: Path) -> None:
 
 def test_1_fail_on_experiments_only_with_the_flag(tmp_path: Path) -> None:
     gran = REPO / "samples" / "h200-llama3-8b-diagnose"
-    from gcdoctor.engine import EXPERIMENT, evaluate
+    from gcdoctor.engine import evaluate
+    from gcdoctor.types import EXPERIMENT
     from gcdoctor.facts import Facts
     verdicts = evaluate(Facts.load(gran / "facts.json"))
     exp = [v for v in verdicts if v.scope == EXPERIMENT and v.status == "fired" and v.severity == "critical"]
@@ -99,7 +100,7 @@ def test_3_unexpected_exception_one_line_and_traceback_kept(tmp_path: Path, monk
 
 
 def test_3_traceback_goes_into_the_open_run_directory(tmp_path: Path, monkeypatch) -> None:
-    from gcdoctor.rundir import RunDirectory
+    from gcdoctor.run.rundir import RunDirectory
 
     def boom(args):
         rd = RunDirectory(tmp_path / "r")

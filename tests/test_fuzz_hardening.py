@@ -27,7 +27,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gcdoctor.cli import main
-from gcdoctor.engine import Rule, evaluate
+from gcdoctor.engine import evaluate
+from gcdoctor.types import Rule
 from gcdoctor.errors import UserError
 from gcdoctor.trace import load_trace
 from gcdoctor.trace.to_facts import facts_from_trace
@@ -203,7 +204,7 @@ entries = st.lists(st.tuples(st.sampled_from(["facts.json", "events.jsonl", "rep
 @given(content=entries, force=st.booleans())
 @fast(40)
 def test_a_non_empty_out_is_refused_unless_force_which_empties_only_a_run(tmp_path_factory, content, force) -> None:
-    from gcdoctor.rundir import RUN_MARKERS, prepare_run_dir
+    from gcdoctor.run.rundir import RUN_MARKERS, prepare_run_dir
     d = tmp_path_factory.mktemp("out")
     for name, is_dir in content:
         (d / name).mkdir() if is_dir else (d / name).write_text("x")
@@ -233,7 +234,7 @@ def test_analyze_twice_into_one_out(tmp_path: Path, capsys) -> None:
 
 
 def test_analyze_of_a_live_run_says_so_and_of_a_run_killed_early_names_it(tmp_path: Path, capsys) -> None:
-    from gcdoctor.rundir import RunDirectory
+    from gcdoctor.run.rundir import RunDirectory
     trace = str(HOST / "healthy.json.gz")
     run = tmp_path / "run"
     assert main(["analyze", trace, "--out", str(run)]) == 0
@@ -258,7 +259,7 @@ def test_analyze_of_a_live_run_says_so_and_of_a_run_killed_early_names_it(tmp_pa
 def test_analyze_of_a_live_diagnose_is_in_progress_not_killed(tmp_path: Path, capsys) -> None:
     import shutil
 
-    from gcdoctor.rundir import RunDirectory
+    from gcdoctor.run.rundir import RunDirectory
     run = tmp_path / "run"
     shutil.copytree(REPO / "samples" / "cpu-tiny-llama-sweep", run)
     facts = json.loads((run / "facts.json").read_text())
@@ -411,7 +412,7 @@ def test_watch_of_a_file_that_is_not_executable_and_an_out_that_cannot_be(tmp_pa
 
 @pytest.mark.parametrize("rc,code", [(0, 0), (1, 3), (7, 3), (2, 3), (130, 130), (-2, 130), (-15, 130), (-9, 3)])
 def test_what_watch_returns(rc: int, code: int) -> None:
-    from gcdoctor.autowatch import watch_exit_code
+    from gcdoctor.watching.autowatch import watch_exit_code
     assert watch_exit_code(rc) == code
 
 

@@ -7,7 +7,7 @@ import torch
 from gcdoctor.config import RunConfig
 from gcdoctor.facts import Facts
 from gcdoctor.report.markdown import render_markdown
-from gcdoctor.session import Session
+from gcdoctor.run.session import Session
 
 MODEL_VARIANTS = ["none", "layer", "every-2", "every-4", "selective-mlp", "selective-attn", "sub-layer", "fine"]
 SYNTHETIC_VARIANTS = ["none", "block", "linear", "block-reentrant", "linear-reentrant"]

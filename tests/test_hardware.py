@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from gcdoctor import hardware
+from gcdoctor.model import hardware
 from gcdoctor.errors import UserError
 
 NAMED = ("mtt-s4000", "mtt-s5000", "a100-40gb", "a100-80gb", "h100-80gb", "h200")

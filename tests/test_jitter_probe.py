@@ -7,7 +7,7 @@ from gcdoctor.config import RunConfig
 from gcdoctor.facts import Facts
 from gcdoctor.probes.jitter import JitterProbe
 from gcdoctor.rules.loss_jitter import LossJitterRule, classify
-from gcdoctor.session import Session
+from gcdoctor.run.session import Session
 
 RULE = LossJitterRule()
 

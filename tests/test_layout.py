@@ -15,8 +15,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_judging_and_reporting_never_import_torch_or_textual():
     code = ("import sys, gcdoctor, gcdoctor.facts, gcdoctor.trace, gcdoctor.engine, gcdoctor.rules, "
-            "gcdoctor.report, gcdoctor.report.html, gcdoctor.report.compare, gcdoctor.memory, gcdoctor.plan, "
-            "gcdoctor.events, gcdoctor.config; "
+            "gcdoctor.report, gcdoctor.report.html, gcdoctor.report.compare, gcdoctor.model.memory, gcdoctor.model.plan, "
+            "gcdoctor.run.events, gcdoctor.config; "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'textual', 'transformers')); "
             "print(bad); sys.exit(1 if bad else 0)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
@@ -57,7 +57,7 @@ def test_built_wheel_contains_probes_rules_and_model_configs(tmp_path):
     [wheel] = tmp_path.glob("gcdoctor-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     for needed in ("gcdoctor/probes/__init__.py", "gcdoctor/probes/batch_sweep.py", "gcdoctor/rules/__init__.py",
-                   "gcdoctor/rules/recompute_overhead.py", "gcdoctor/model_configs/llama3-8b.json",
+                   "gcdoctor/rules/recompute_overhead.py", "gcdoctor/model/model_configs/llama3-8b.json",
                    "gcdoctor/tui/app.tcss"):
         assert needed in names, needed
     assert not any(n.startswith(("probes/", "rules/", "tests/")) for n in names)

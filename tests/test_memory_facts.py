@@ -4,15 +4,15 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from gcdoctor import fitting as F
+from gcdoctor.model import fitting as F
 
-from gcdoctor import memory as M
+from gcdoctor.model import memory as M
 
 from gcdoctor.probes import _memory_model as P
 from gcdoctor.facts import Facts
 from gcdoctor.facts.memory import (MemoryModelFacts, PredictedPoint, predicted_activation_saving,
                                    predicted_peak_saving, prediction_error_pct)
-from gcdoctor.models import load_spec
+from gcdoctor.model.registry import load_spec
 
 H200_BYTES = 150754820096  # NVML total of an H200 (143771 MiB; torch reports 615 MiB less)
 
@@ -60,7 +60,7 @@ def test_prediction_error_is_relative_to_the_measurement():
 
 
 def test_memory_model_and_plan_import_without_torch():
-    code = ("import sys, gcdoctor.memory, gcdoctor.plan, gcdoctor.facts.memory; "
+    code = ("import sys, gcdoctor.model.memory, gcdoctor.model.plan, gcdoctor.facts.memory; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gcdoctor import fitting as F
-from gcdoctor.models import load_spec
+from gcdoctor.model import fitting as F
+from gcdoctor.model.registry import load_spec
 
 FRESH = Path(__file__).resolve().parents[1] / "samples" / "h200-memory-w3" / "fresh" / "fresh_check.json"
 

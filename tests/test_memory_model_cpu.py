@@ -17,9 +17,9 @@ import json
 import pytest
 import torch
 
-from gcdoctor import memory as M
+from gcdoctor.model import memory as M
 from gcdoctor.backends.cpu import CpuBackend
-from gcdoctor.models import build_model, load_spec
+from gcdoctor.model.registry import build_model, load_spec
 
 TOL = 1e-3
 
@@ -172,7 +172,7 @@ def test_device_semantics_match_real_autograd_on_the_cpu(tmp_path):
 def test_gcdoctor_capture_step_is_predicted(gc, tmp_path):
     """gcdoctor's own TrainingStep computes the loss in a helper and drops the model output,
     so the logits die after the loss (Workload.keep_logits=False, the default)."""
-    from gcdoctor.capture import TrainingStep, enable_layer_checkpointing
+    from gcdoctor.run.capture import TrainingStep, enable_layer_checkpointing
 
     spec = _spec(tmp_path)
     w = M.Workload(2, 64, "bf16", "adamw", gc, "cpu")

@@ -7,11 +7,11 @@ import json
 import pytest
 import torch
 
-from gcdoctor import memory as M
+from gcdoctor.model import memory as M
 from gcdoctor.backends.cpu import CpuBackend
 from gcdoctor.errors import UserError
-from gcdoctor.models import build_model, load_spec
-from gcdoctor.plan import parse_memory, run_plan
+from gcdoctor.model.registry import build_model, load_spec
+from gcdoctor.model.plan import parse_memory, run_plan
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -77,7 +77,7 @@ def test_when_nothing_fits_plan_lists_what_would_best_first():
 
 @pytest.mark.parametrize("card", ["mtt-s4000", "mtt-s5000", "a100-40gb", "a100-80gb", "h100-80gb", "h200"])
 def test_plan_takes_every_card_by_name(card):
-    from gcdoctor import hardware
+    from gcdoctor.model import hardware
     _, data = run_plan("llama3-8b", device=card, layers=2, batch_sizes="1")
     spec = hardware.preset(card)
     assert data["device_memory_bytes"] == spec.capacity_bytes
@@ -119,7 +119,7 @@ def test_largest_batch_is_the_last_that_the_replayed_allocator_fits():
 
 def _fits_on_cpu(spec, batch, seq, gc, limit) -> bool:
     """gcdoctor's own step (a warm-up, then a measured step) under CpuBackend's allocation limit."""
-    from gcdoctor.capture import TrainingStep, enable_layer_checkpointing
+    from gcdoctor.run.capture import TrainingStep, enable_layer_checkpointing
 
     torch.manual_seed(0)
     model = build_model(spec, "bf16", "cpu")

@@ -138,7 +138,7 @@ def test_ranks_on_musa_join_over_mccl(fake_musa, monkeypatch) -> None:
     """torch_musa's collective backend is "mccl" (its README); each rank takes its LOCAL_RANK's card."""
     import torch.distributed as dist
 
-    from gcdoctor.distributed import Group, Launch
+    from gcdoctor.run.distributed import Group, Launch
     fake = fake_musa(576 * MiB)
     calls: dict = {}
     monkeypatch.setattr(fake, "set_device", lambda i: calls.setdefault("device", i))

@@ -12,9 +12,9 @@ import pytest
 from gcdoctor.config import RunConfig
 from gcdoctor.facts import Facts
 from gcdoctor.facts.offload import OffloadFacts
-from gcdoctor.models import load_spec
+from gcdoctor.model.registry import load_spec
 from gcdoctor.probes import _deepspeed, offload
-from gcdoctor.session import Session
+from gcdoctor.run.session import Session
 
 MICRO_LLAMA = {
     "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 160,

@@ -8,7 +8,7 @@ import torch
 from gcdoctor.backends import oom as O
 from gcdoctor.backends.cpu import CpuBackend
 from gcdoctor.config import RunConfig
-from gcdoctor.session import ProbeContext, Session
+from gcdoctor.run.session import ProbeContext, Session
 
 GiB, MiB = 2**30, 2**20
 
@@ -152,7 +152,7 @@ def test_after_an_oom_inside_a_step_memory_is_exactly_back(micro_llama, tmp_path
                     warmup_steps=1, out=str(tmp_path / "r"), telemetry_hz=5.0)
     s = Session(cfg)
     ctx = ProbeContext(s)
-    from gcdoctor.capture import TrainingStep
+    from gcdoctor.run.capture import TrainingStep
     with s.backend.tracking():
         model = ctx.build_model()
         s.backend.track([*model.parameters(), *model.buffers()])
@@ -172,7 +172,7 @@ def test_the_sweep_leaves_no_model_alive(micro_llama, tmp_path):
     import gc as pygc
     import weakref
 
-    from gcdoctor import models
+    from gcdoctor.model import registry as models
     built = []
     real = models.build_model
 

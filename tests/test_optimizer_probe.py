@@ -3,7 +3,7 @@ checkpointing, each measured (the CPU counter is exact) and predicted by the mem
 from __future__ import annotations
 
 from gcdoctor.config import RunConfig
-from gcdoctor.session import Session
+from gcdoctor.run.session import Session
 
 
 def _run(micro_llama, out, **kw):

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from gcdoctor import cli
-import gcdoctor.models
+import gcdoctor.model.registry
 from gcdoctor.config import RunConfig, load_toml, parse_size
 from gcdoctor.errors import EXIT_USAGE, RunDirectoryBusy, UserError
-from gcdoctor.rundir import RunDirectory, safe_name
+from gcdoctor.run.rundir import RunDirectory, safe_name
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEP = REPO / "samples" / "cpu-tiny-llama-sweep"
@@ -74,7 +74,7 @@ def test_analyze_out_onto_a_file_or_under_proc_is_one_line(tmp_path: Path, capsy
 
 
 def test_default_run_dirs_never_collide(tmp_path: Path, monkeypatch) -> None:
-    from gcdoctor.rundir import default_run_dir
+    from gcdoctor.run.rundir import default_run_dir
     monkeypatch.chdir(tmp_path)
     a = default_run_dir("diagnose", "tiny-llama")
     a.mkdir(parents=True)
@@ -152,7 +152,7 @@ def test_inputs_validated_before_any_work(tmp_path: Path, capsys, argv, needle) 
     ({"tie_word_embeddings": "yes"}, "tie_word_embeddings"),
 ])
 def test_model_config_fields_have_ranges(tmp_path: Path, capsys, edit, needle) -> None:
-    cfg = json.loads((Path(gcdoctor.models.__file__).parent / "model_configs" / "llama3-8b.json").read_text())
+    cfg = json.loads((Path(gcdoctor.model.registry.__file__).parent / "model_configs" / "llama3-8b.json").read_text())
     cfg.update(edit)
     p = tmp_path / "config.json"
     p.write_text(json.dumps(cfg))
@@ -213,7 +213,7 @@ def _chrome_trace_ok(doc: dict) -> None:
 def test_counter_tracks_in_the_traces(tmp_path: Path) -> None:
     import shutil
 
-    from gcdoctor.perfetto import TELEMETRY_PID, annotate_run, read_telemetry
+    from gcdoctor.trace.perfetto import TELEMETRY_PID, annotate_run, read_telemetry
     from gcdoctor.trace import load_trace
     run = tmp_path / "run"
     shutil.copytree(SWEEP, run)
@@ -237,7 +237,7 @@ def test_counter_tracks_in_the_traces(tmp_path: Path) -> None:
 def test_trace_names_follow_tensorboard_trace_handler() -> None:
     import re
 
-    from gcdoctor.perfetto import trace_file_name
+    from gcdoctor.trace.perfetto import trace_file_name
     assert re.fullmatch(r"[A-Za-z0-9._+=-]+_\d+\.\d{13}\.pt\.trace\.json\.gz", trace_file_name())
 
 

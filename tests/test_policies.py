@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gcdoctor import memory as M
-from gcdoctor import models
+from gcdoctor.model import memory as M
+from gcdoctor.model import registry as models
 from gcdoctor.backends.cpu import CpuBackend
 from gcdoctor.probes import _policies as P
 
@@ -109,7 +109,7 @@ def test_the_chunked_loss_is_the_librarys_loss():
     spec = models.load_spec("tiny-llama", layers=1)
     model = models.build_model(spec, "fp32", "cpu", seed=0)
     ids = torch.randint(spec.vocab_size, (2, 24))
-    from gcdoctor.capture import _causal_lm_loss
+    from gcdoctor.run.capture import _causal_lm_loss
     ref = _causal_lm_loss(model, ids)
     ref.backward()
     g_ref = model.lm_head.weight.grad.clone()
@@ -140,7 +140,7 @@ def test_the_policy_peak_is_the_timelines_at_both_ends():
 def _probe_run(out, rank=None, **settings):
     from gcdoctor.config import RunConfig
     from gcdoctor.probes import PROBES
-    from gcdoctor.session import Session
+    from gcdoctor.run.session import Session
     probe = next(p for p in PROBES if p.name == "policies")
     cfg = RunConfig(device="cpu", model="tiny-llama", layers=2, probes=["policies"], seq_len=SEQ, measure_steps=1,
                     warmup_steps=1, out=str(out), telemetry_hz=5.0, profile=False, **settings)

@@ -14,7 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from gcdoctor.cli import main
 from gcdoctor.facts import Facts
 from gcdoctor.facts.policies import PolicySetting, RecipeChoice
-from gcdoctor.models import build_model, load_spec
+from gcdoctor.model.registry import build_model, load_spec
 from gcdoctor.recipe_code import Recipe, hf_code, json_text, pytorch_code, recipe_of
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"

@@ -102,7 +102,7 @@ def test_bad_against_is_one_line_and_exit_2(argv, message, capsys, tmp_path):
 
 
 def test_watch_against_records_the_recipe_and_rewrites_the_reports(tmp_path, capsys):
-    from gcdoctor.autowatch import hold_against
+    from gcdoctor.watching.autowatch import hold_against
     run = tmp_path / "run"
     run.mkdir()
     shutil.copy(WATCHED / "facts.json", run / "facts.json")

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gcdoctor.engine import Evidence, Verdict, evaluate
+from gcdoctor.engine import evaluate
+from gcdoctor.types import Evidence, Verdict
 from gcdoctor.facts import Facts, SearchTrial, SeriesSummary, TraceMetrics
 from gcdoctor.report.compare import load_run, render_compare_html
 from gcdoctor.report.html import render_html

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gcdoctor.engine import EXPERIMENT, evaluate
+from gcdoctor.engine import evaluate
+from gcdoctor.types import EXPERIMENT
 from gcdoctor.facts import Facts
 from gcdoctor.report import sections, write_reports
 from gcdoctor.report.bottom_line import bottom_line_for

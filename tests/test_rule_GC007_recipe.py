@@ -7,7 +7,8 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from gcdoctor.engine import CONFIGURATION, EXPERIMENT, Verdict, evaluate, evaluate_rule
+from gcdoctor.engine import evaluate, evaluate_rule
+from gcdoctor.types import CONFIGURATION, EXPERIMENT, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.policies import PolicyCandidate, PolicyFacts, PolicySetting, RecipeConfirmation
 from gcdoctor.facts.sweep import Measurement
@@ -205,7 +206,7 @@ def test_every_front_end_shows_the_recipe_first():
     pre = html.split('id="bottom-line-text">', 1)[1].split("</pre>", 1)[0]
     assert pre.splitlines()[1] == first
     # the TUI's verdict panel: the verdicts arrive as events (dicts), folds included
-    from gcdoctor.events import VerdictIssued
+    from gcdoctor.run.events import VerdictIssued
     from gcdoctor.tui.state import DashboardState
     st = DashboardState()
     for v in verdicts:

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from gcdoctor import memory as M
+from gcdoctor.model import memory as M
 from gcdoctor.config import RunConfig
 from gcdoctor.engine import evaluate_rule
 from gcdoctor.facts import AllocatorFacts, Facts
 from gcdoctor.facts.sweep import AllocatorBoundary
-from gcdoctor.models import load_spec
+from gcdoctor.model.registry import load_spec
 from gcdoctor.rules import find_rule
-from gcdoctor.session import Session
+from gcdoctor.run.session import Session
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 

@@ -11,12 +11,12 @@ import pytest
 from gcdoctor.engine import evaluate_rule
 from gcdoctor.facts import Facts
 from gcdoctor.facts.watch import CheckpointingSettings
-from gcdoctor.fitting import memory_model_facts
-from gcdoctor.models import load_spec
+from gcdoctor.model.fitting import memory_model_facts
+from gcdoctor.model.registry import load_spec
 from gcdoctor.rules import find_rule
 from gcdoctor.trace import compute_metrics, load_trace
 from gcdoctor.trace.recompute import find_recompute
-from gcdoctor.watcher import recompute_facts
+from gcdoctor.watching.watcher import recompute_facts
 
 RUN = Path(__file__).resolve().parents[1] / "samples" / "watch" / "h200-llama3-8b-4layers-trainer"
 GIB = 2**30

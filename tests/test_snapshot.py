@@ -2,7 +2,7 @@
 allocations with their Python frames)."""
 from __future__ import annotations
 
-from gcdoctor.snapshot import attribute, classify
+from gcdoctor.model.snapshot import attribute, classify
 
 F_LOSS = [{"filename": "/x/transformers/loss/loss_utils.py", "line": 67, "name": "ForCausalLMLoss"}]
 F_LAYER = [{"filename": "/x/transformers/models/llama/modeling_llama.py", "line": 160, "name": "forward"}]

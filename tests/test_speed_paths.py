@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gcdoctor import models
-from gcdoctor.events import PhaseTimed, RunStarted, event_from_json, event_to_json, process_age_s
+from gcdoctor.model import registry as models
+from gcdoctor.run.events import PhaseTimed, RunStarted, event_from_json, event_to_json, process_age_s
 
 REPO = Path(__file__).resolve().parents[1]
 

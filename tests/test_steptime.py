@@ -1,4 +1,4 @@
-"""plan's step-time prediction on a card we do not have (gcdoctor/steptime.py), checked where it can
+"""plan's step-time prediction on a card we do not have (gcdoctor/model/steptime.py), checked where it can
 be: scaling the recorded 4-layer H200 probe to the full model it predicts the measured H200 sweep."""
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 
 from gcdoctor.errors import UserError
 from gcdoctor.facts import Facts
-from gcdoctor.models import load_spec
-from gcdoctor.plan import run_plan
-from gcdoctor.steptime import H200_REFERENCE, load_reference, reference_from_facts, section
+from gcdoctor.model.registry import load_spec
+from gcdoctor.model.plan import run_plan
+from gcdoctor.model.steptime import H200_REFERENCE, load_reference, reference_from_facts, section
 from gcdoctor.trace.launch_response import fill_whatif
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,8 +5,8 @@ import pytest
 
 from gcdoctor.config import RunConfig
 from gcdoctor.facts import Facts
-from gcdoctor.models import build_model, load_spec
-from gcdoctor.session import Session
+from gcdoctor.model.registry import build_model, load_spec
+from gcdoctor.run.session import Session
 
 
 def run_sweep(micro_llama, out, **kw):

@@ -20,7 +20,7 @@ def test_environment_comes_from_device_properties_and_versions():
     assert (env.device_kind, env.device_name, env.device_count) == ("cuda", "NVIDIA H200", 1)
     assert env.total_memory_bytes == 150110011392
     assert (env.runtime, env.host) == ("CUDA 12.8", "handmade")
-    assert env.peak_bf16_tflops == 989.0  # from gcdoctor.hardware, matched by the device name
+    assert env.peak_bf16_tflops == 989.0  # from gcdoctor.model.hardware, matched by the device name
 
 
 def test_trace_metrics_are_keyed_by_window_and_readable_by_dotted_path():

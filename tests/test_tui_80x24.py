@@ -7,7 +7,7 @@ from pathlib import Path
 
 import asyncio
 
-from gcdoctor.events import MeasurementRecorded, RunFinished, read_events
+from gcdoctor.run.events import MeasurementRecorded, RunFinished, read_events
 from gcdoctor.tui.replay import make_app
 
 DIAGNOSE = Path(__file__).parent / "data" / "tui" / "diagnose-cpu-sweep.events.jsonl"

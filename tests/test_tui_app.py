@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from gcdoctor.config import RunConfig
-from gcdoctor.events import MeasurementRecorded, RunFinished, VerdictIssued, read_events
+from gcdoctor.run.events import MeasurementRecorded, RunFinished, VerdictIssued, read_events
 from gcdoctor.facts import Facts
 from gcdoctor.tui.app import DashboardApp
 from gcdoctor.tui.gauges import diagnose_rows
@@ -78,7 +78,7 @@ def test_enter_on_a_verdict_opens_its_evidence_and_recommendation():
 
 
 def test_q_mid_run_stops_the_session_and_writes_the_partial_run_directory(tmp_path: Path, micro_llama: str):
-    from gcdoctor.session import Session
+    from gcdoctor.run.session import Session
 
     out = tmp_path / "run"
     session = Session(RunConfig(device="cpu", model=micro_llama, probes=["sweep"], batch_sizes=[1, 2], seq_len=32,
@@ -141,7 +141,7 @@ def test_monitor_run_follows_a_run_directory_and_quits_without_waiting(tmp_path:
 def test_when_the_run_finishes_the_answer_is_highlighted_not_the_first_verdict_issued():
     """An experiment's critical verdict issued first keeps no hold on the list once the run is
     over: the bottom line's first verdict row is highlighted, the list at its top."""
-    from gcdoctor.events import RunStarted
+    from gcdoctor.run.events import RunStarted
     events = [
         RunStarted("/tmp/r", "diagnose", {"model": "m"}, {"device_name": "d", "device_kind": "cuda"}),
         VerdictIssued({"code": "GC020", "slug": "offload-stall", "status": "fired", "severity": "critical",

@@ -9,7 +9,7 @@ from gcdoctor.rules import find_rule
 from gcdoctor.rules.device_starving_cpu import DeviceStarvingCpuRule
 from gcdoctor.rules.pcie_saturated_idle import PcieSaturatedIdleRule
 
-GEN5_X16_GBS = 63.008  # 3.938 GB/s per lane x 16, gcdoctor.hardware.PCIE_GBS_PER_LANE
+GEN5_X16_GBS = 63.008  # 3.938 GB/s per lane x 16, gcdoctor.model.hardware.PCIE_GBS_PER_LANE
 
 
 def facts_of(windows: list[dict], devices=("gpu0",), peak: float | None = GEN5_X16_GBS) -> Facts:

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from gcdoctor.cli import main
-from gcdoctor.events import LogMessage, RunFinished, RunStarted, TelemetrySampled, VerdictIssued, event_to_json
+from gcdoctor.run.events import LogMessage, RunFinished, RunStarted, TelemetrySampled, VerdictIssued, event_to_json
 from gcdoctor.facts import Facts
 from gcdoctor.telemetry.base import Source
 from gcdoctor.tui.alerts import LiveAlerts, Windower
-from gcdoctor.tui.monitor import MonitorSession
+from gcdoctor.monitor.session import MonitorSession
 from gcdoctor.tui.sources import FollowSource
 
 STALL = {"gpu0.util_pct": 5.0, "gpu0.pcie_rx_gbs": 56.0, "gpu0.pcie_tx_gbs": 0.5, "gpu0.mem_used_bytes": 40e9,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gcdoctor.events import MeasurementRecorded, StepMeasured, read_events
+from gcdoctor.run.events import MeasurementRecorded, StepMeasured, read_events
 from gcdoctor.tui.replay import make_app
 
 DATA = Path(__file__).parent / "data" / "tui"

@@ -1,7 +1,7 @@
 """The dashboard's model: events folded into what the panels show, without a terminal."""
 from __future__ import annotations
 
-from gcdoctor.events import (MeasurementRecorded, ProbeStarted, Progress, RunFinished, RunStarted, StepMeasured,
+from gcdoctor.run.events import (MeasurementRecorded, ProbeStarted, Progress, RunFinished, RunStarted, StepMeasured,
                              TelemetrySampled, VerdictIssued)
 from gcdoctor.tui.gauges import diagnose_rows
 from gcdoctor.tui.render import bar, fmt_pair_bytes, fmt_seconds, sparkline

@@ -8,9 +8,9 @@ import torch
 
 import gcdoctor
 from gcdoctor.cli import main
-from gcdoctor.events import StepMeasured, read_events
+from gcdoctor.run.events import StepMeasured, read_events
 from gcdoctor.facts import Facts
-from gcdoctor.models import build_model, load_spec
+from gcdoctor.model.registry import build_model, load_spec
 
 
 def test_watch_records_every_step_and_profiles_the_chosen_ones(micro_llama, tmp_path):
@@ -102,7 +102,7 @@ class _Tokens(torch.utils.data.Dataset):
 def test_trainer_callback_watches_a_real_trainer(micro_llama, tmp_path):
     from transformers import Trainer, TrainingArguments
 
-    from gcdoctor.hf import GcdoctorCallback
+    from gcdoctor.watching.hf import GcdoctorCallback
 
     from transformers import TrainerCallback
 
@@ -156,7 +156,7 @@ def _train(model, opt, ids, w, steps, wait_s=0.0):
 
 
 def test_each_step_has_its_phases_and_the_memory_peak_of_each_phase(micro_llama, tmp_path):
-    from gcdoctor.fitting import memory_model_facts
+    from gcdoctor.model.fitting import memory_model_facts
     spec = load_spec(micro_llama)
     model = build_model(spec, "fp32", "cpu")
     model.activation_checkpointing_enable({"use_reentrant": False})
@@ -253,7 +253,7 @@ def test_a_distributed_run_writes_a_directory_per_rank_or_rank_0_only(micro_llam
     ("checkpoint_wrapper", "checkpoint_wrapper", False), ("composable", "composable", False),
     ("deepspeed", "deepspeed", True), ("none", "transformers", None)])
 def test_the_checkpointing_the_libraries_report(micro_llama, form, api, reentrant):
-    from gcdoctor.watcher import describe_checkpointing
+    from gcdoctor.watching.watcher import describe_checkpointing
     model = build_model(load_spec(micro_llama), "fp32", "cpu")
     layers = list(model.model.layers)
     if form == "checkpoint_wrapper":

@@ -132,7 +132,7 @@ def test_gc050_needs_two_ranks():
 
 
 def test_the_sitecustomize_runs_a_sitecustomize_it_shadows(tmp_path):
-    from gcdoctor.autowatch import write_site
+    from gcdoctor.watching.autowatch import write_site
     site = write_site(tmp_path / "gc-site")
     other = tmp_path / "other"
     other.mkdir()
@@ -147,7 +147,7 @@ def test_the_sitecustomize_runs_a_sitecustomize_it_shadows(tmp_path):
 def test_a_script_that_fails_keeps_its_steps_and_says_its_exit_code(micro_llama, tmp_path):
     script = tmp_path / "fails.py"
     script.write_text(
-        "import sys, torch\nfrom gcdoctor.models import build_model, load_spec\n"
+        "import sys, torch\nfrom gcdoctor.model.registry import build_model, load_spec\n"
         "spec = load_spec(sys.argv[1]); model = build_model(spec, 'fp32', 'cpu')\n"
         "opt = torch.optim.SGD(model.parameters(), lr=1e-3); ids = torch.randint(spec.vocab_size, (1, 8))\n"
         "for _ in range(3):\n    model(input_ids=ids, labels=ids).loss.backward(); opt.step(); opt.zero_grad()\n"

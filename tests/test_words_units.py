@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from gcdoctor.cli import main
-from gcdoctor.engine import Evidence, evaluate
+from gcdoctor.engine import evaluate
+from gcdoctor.types import Evidence
 from gcdoctor.facts import Facts
 from gcdoctor.units import cost_words, fmt_bytes
 

@@ -12,8 +12,8 @@ import os
 import torch
 
 from gcdoctor.backends import get_backend
-from gcdoctor.capture import TrainingStep, enable_layer_checkpointing
-from gcdoctor.models import build_model, load_spec
+from gcdoctor.run.capture import TrainingStep, enable_layer_checkpointing
+from gcdoctor.model.registry import build_model, load_spec
 
 ap = argparse.ArgumentParser()
 ap.add_argument("out")

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from gcdoctor import hardware
+from gcdoctor.model import hardware
 from gcdoctor.backends import oom as oom_text
 from gcdoctor.facts import Environment, OomInfo
 

@@ -45,7 +45,7 @@ class Environment:
     host: str | None = None
     cpu_count: int | None = None
     host_memory_bytes: int | None = None
-    peak_bf16_tflops: float | None = None  # from gcdoctor.hardware, None where unknown
+    peak_bf16_tflops: float | None = None  # from gcdoctor.model.hardware, None where unknown
     peak_fp32_tflops: float | None = None
     memory_bandwidth_gbs: float | None = None
     pcie_peak_gbs: float | None = None

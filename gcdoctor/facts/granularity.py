@@ -131,7 +131,7 @@ class LaunchWhatIf:
     slack_ms: float | None = None
     per_launch: list[HostResponse] = field(default_factory=list)  # one per profiled step
     per_op: list[HostResponse] = field(default_factory=list)  # weights from the census's ops per phase
-    # what the step-time prediction of another card scales (gcdoctor/steptime.py), per step:
+    # what the step-time prediction of another card scales (gcdoctor/model/steptime.py), per step:
     # device time of the forward+backward's matrix kernels (GEMMs, attention)
     matmul_ms: float | None = None
     other_ms: float | None = None  # device time of the forward+backward's other kernels and copies

@@ -2,7 +2,7 @@
 
 The session stores one `PredictedPoint` per (variant, batch) it measures, next to the
 measurement, so a report can show predicted vs measured and a rule can say what
-checkpointing should have saved. Built by `gcdoctor.fitting.memory_model_facts`.
+checkpointing should have saved. Built by `gcdoctor.model.fitting.memory_model_facts`.
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ class PredictedPoint:
 
 @dataclass
 class FitOption:
-    """One other home for the model states (gcdoctor.memory.remedy), predicted on this device."""
+    """One other home for the model states (gcdoctor.model.memory.remedy), predicted on this device."""
 
     key: str = ""  # zero-offload | adamw-8bit | adafactor | sgd | lora | shard
     label: str = ""

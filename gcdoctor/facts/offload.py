@@ -281,7 +281,7 @@ class OffloadFacts:
 
 # -- the link what-if ------------------------------------------------------------------------
 
-# PCIe links a user may have instead (peak per direction after line encoding: gcdoctor.hardware)
+# PCIe links a user may have instead (peak per direction after line encoding: gcdoctor.model.hardware)
 WHATIF_LINKS = (("PCIe Gen4 x16", 4, 16), ("PCIe Gen3 x16", 3, 16))
 # the pinned variant whose pageable twin checks the what-if on two measured points
 LINK_CHECK_PAIR = ("gc+save_on_cpu-pinned", "gc+save_on_cpu-pageable")
@@ -321,7 +321,7 @@ def predict_on_link(v: OffloadVariant, h2d_gbs: float | None, d2h_gbs: float | N
 
 def derive_link_whatif(of: OffloadFacts, peak_gbs: float | None) -> None:
     """Every offloading variant on the WHATIF_LINKS, and the pinned -> pageable check."""
-    from gcdoctor.hardware import pcie_peak_gbs  # a table of constants, no torch
+    from gcdoctor.model.hardware import pcie_peak_gbs  # a table of constants, no torch
 
     of.link_efficiency = eff = link_efficiency(of, peak_gbs)
     of.whatif_links = [name for name, _, _ in WHATIF_LINKS]

@@ -101,7 +101,7 @@ class SearchTrial:
 
 @dataclass
 class LiveTensor:
-    """One block alive at the snapshot's peak (gcdoctor.snapshot)."""
+    """One block alive at the snapshot's peak (gcdoctor.model.snapshot)."""
 
     bytes: int = 0
     kind: str = ""  # parameters | gradients | optimizer states | optimizer temporaries | logits and loss |
@@ -112,7 +112,7 @@ class LiveTensor:
 @dataclass
 class SnapshotFacts:
     """What was alive at a recorded step's allocated peak, by kind, and its largest tensors
-    (`diagnose --memory-snapshot`; gcdoctor.snapshot reads the allocator's trace)."""
+    (`diagnose --memory-snapshot`; gcdoctor.model.snapshot reads the allocator's trace)."""
 
     path: str = ""  # the pickle, relative to the run directory (open at pytorch.org/memory_viz)
     variant: str = ""

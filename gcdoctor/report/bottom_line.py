@@ -17,7 +17,7 @@ import re
 import textwrap
 from dataclasses import dataclass
 
-from gcdoctor.engine import CONFIGURATION, EXPERIMENT, SEVERITY_ORDER, Verdict
+from gcdoctor.types import CONFIGURATION, EXPERIMENT, SEVERITY_ORDER, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.report.format import term_safe
 

@@ -264,8 +264,8 @@ def bottom_line(a: Run, b: Run, rows: list[Row], changes: list[VerdictChange], p
     """What changed that matters, regressions first: measured metrics worse beyond the threshold,
     configuration verdicts that appeared or rose in severity, improvements, verdicts gone, changed
     predictions (reported, never gated on), a different setup, and what else the details hold."""
-    from gcdoctor.engine import EXPERIMENT
-    from gcdoctor.regression import moved, prediction_changes
+    from gcdoctor.types import EXPERIMENT
+    from gcdoctor.report.regression import moved, prediction_changes
     from gcdoctor.report.console import wrap
     limit = NOTICE_PCT if pct is None else pct
     out: list[str] = []

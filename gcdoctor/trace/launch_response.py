@@ -71,7 +71,7 @@ class StepReading:
     latency_us: float
     per_launch: HostResponse
     per_op: HostResponse | None  # weights from the census's op counts per phase, when given
-    # the split the step-time prediction of another device scales (gcdoctor/steptime.py): device time
+    # the split the step-time prediction of another device scales (gcdoctor/model/steptime.py): device time
     # of the forward+backward's matrix kernels and of the rest, of the optimizer step; launches and
     # host issue time of the forward+backward and of the optimizer step
     matmul_ms: float = 0.0

@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gcdoctor import __version__, hardware
+from gcdoctor import __version__
+from gcdoctor.model import hardware
 from gcdoctor.experiments import EXPERIMENTS
 from gcdoctor.facts import Environment, Facts
 from gcdoctor.trace.load import load_trace

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gcdoctor.engine import Rule, evaluate_rule
-from gcdoctor.events import LogMessage, VerdictIssued
+from gcdoctor.engine import evaluate_rule
+from gcdoctor.types import Rule
+from gcdoctor.run.events import LogMessage, VerdictIssued
 from gcdoctor.facts import Environment, Facts
 from gcdoctor.facts.monitor import MonitorFacts, TelemetryWindow
 from gcdoctor.facts.telemetry import TelemetryFacts

@@ -18,7 +18,7 @@ from textual.content import Content
 from textual.message import Message
 from textual.widgets import Footer, OptionList, Static
 
-from gcdoctor.events import TelemetrySampled
+from gcdoctor.run.events import TelemetrySampled
 from gcdoctor.tui.gauges import device_rows, diagnose_rows, host_rows
 from gcdoctor.tui.render import fmt_bytes, fmt_seconds
 from gcdoctor.tui.screens import HelpScreen, VerdictScreen

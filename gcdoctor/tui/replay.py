@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from gcdoctor.errors import UserError
-from gcdoctor.events import read_events
+from gcdoctor.run.events import read_events
 
 
 def events_path(path: str | Path) -> Path:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from gcdoctor.events import LogMessage, RunStarted, TelemetrySampled, event_from_json
+from gcdoctor.run.events import LogMessage, RunStarted, TelemetrySampled, event_from_json
 
 Sink = Callable[[Any], None]
 

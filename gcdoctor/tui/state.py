@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from gcdoctor.events import (LogMessage, MeasurementRecorded, ProbeFinished, ProbeStarted, Progress, RunFinished,
+from gcdoctor.run.events import (LogMessage, MeasurementRecorded, ProbeFinished, ProbeStarted, Progress, RunFinished,
                              RunStarted, StepMeasured, TelemetrySampled, VerdictIssued)
 from gcdoctor.types import SEVERITY_ORDER
 

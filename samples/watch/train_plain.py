@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from gcdoctor.models import build_model, load_spec
+from gcdoctor.model.registry import build_model, load_spec
 
 
 def main() -> None:

@@ -23,8 +23,8 @@ import time
 import torch
 from transformers import Trainer, TrainingArguments
 
-from gcdoctor.hf import GcdoctorCallback
-from gcdoctor.models import build_model, load_spec
+from gcdoctor.watching.hf import GcdoctorCallback
+from gcdoctor.model.registry import build_model, load_spec
 
 
 class RandomTokens(torch.utils.data.Dataset):
@@ -72,7 +72,7 @@ def main() -> None:
     spec = load_spec(args.model, layers=args.layers)
     model = build_model(spec, "bf16" if gpu else "fp32", "cuda" if gpu else "cpu")
     if args.gc_labelled:
-        from gcdoctor.capture import enable_layer_checkpointing
+        from gcdoctor.run.capture import enable_layer_checkpointing
         enable_layer_checkpointing(model, labelled=True, extra_kwargs={"use_reentrant": args.reentrant})
     ckpt = checkpointing_args(TrainingArguments, args.gc, args.reentrant)
     targs = TrainingArguments(

@@ -69,7 +69,7 @@ def _tables(facts: Facts) -> list[Table]:
     if facts.memory_model.fit_options:
         out.append(Table("fit-options", OPTION_COLUMNS, _option_rows,
                          title="What would fit: other homes for the model states",
-                         caption="Predicted by the memory model for this device (gcdoctor.memory.remedy); largest "
+                         caption="Predicted by the memory model for this device (gcdoctor.model.memory.remedy); largest "
                                  "batches from the allocated peak."))
     return out
 

@@ -33,7 +33,7 @@ TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json")
 
 def worker_name() -> str:
     """torch's tensorboard_trace_handler default: HOST_PID (the host made file-name safe)."""
-    from gcdoctor.rundir import safe_name
+    from gcdoctor.run.rundir import safe_name
     return f"{safe_name(socket.gethostname(), 60)}_{os.getpid()}"
 
 

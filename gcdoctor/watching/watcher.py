@@ -40,11 +40,11 @@ from typing import Any, Iterable
 import torch
 from torch.profiler import record_function
 
-from gcdoctor.capture import LABEL_PREFIX
-from gcdoctor.events import EventBus, RunFinished, RunStarted, StepMeasured, TelemetrySampled
+from gcdoctor.run.capture import LABEL_PREFIX
+from gcdoctor.run.events import EventBus, RunFinished, RunStarted, StepMeasured, TelemetrySampled
 from gcdoctor.facts import Facts, ModelInfo, RunSettings
 from gcdoctor.facts.watch import CheckpointingSettings, WatchFacts, WatchRecompute, WatchStep
-from gcdoctor.rundir import RunDirectory, default_run_dir
+from gcdoctor.run.rundir import RunDirectory, default_run_dir
 
 SAVE_EVERY_S = 10.0
 DTYPE_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -510,7 +510,7 @@ class Watcher:
         d = getattr(opt, "defaults", None) or {}
         self.facts.watch.optimizer_impl = ("fused" if d.get("fused") else "forloop" if d.get("foreach") is False
                                            else "foreach" if "foreach" in d else "")
-        from gcdoctor.allocator import alloc_conf_env
+        from gcdoctor.model.allocator import alloc_conf_env
         self.facts.watch.alloc_conf = os.environ.get(alloc_conf_env(self.facts.environment.device_kind))
 
     def _forward_pre(self, module: Any, args: tuple, kwargs: dict) -> None:
@@ -695,7 +695,7 @@ class Watcher:
                 f"the memory model covers AdamW/Adam/SGD, bf16/fp16/fp32 on cuda/musa/cpu; this run is "
                 f"{w.optimizer or 'no optimizer'}, {w.param_dtype}, {kind}")
             return
-        from gcdoctor.fitting import memory_model_facts
+        from gcdoctor.model.fitting import memory_model_facts
         mm = memory_model_facts(spec, w.seq_len, dtype, optimizer, kind,
                                 points=[("no_gc", w.batch_size), ("gc", w.batch_size)],
                                 capacity_bytes=self.backend.memory_limit() or w.device_memory_bytes)
@@ -858,7 +858,7 @@ def _batch_shape(args: tuple, kwargs: dict) -> tuple[int, int] | None:
 def _spec_of(model: Any) -> tuple[Any, str]:
     """The memory model's spec of a watched transformers model, or (None, why not)."""
     from gcdoctor.errors import UserError
-    from gcdoctor.models import spec_from_config
+    from gcdoctor.model.registry import spec_from_config
     cfg = getattr(model, "config", None)
     if model is None or cfg is None or not hasattr(cfg, "to_dict"):
         return None, "the watched model has no transformers config: the memory model needs one"

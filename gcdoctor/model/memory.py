@@ -52,7 +52,7 @@ CUDA_BLAS_WORKSPACE_BYTES = 2 * 32 * MiB
 # MiB: the driver's own reservation).
 DEVICE_CONTEXT_BYTES = 768 * MiB
 CONTEXT_SOURCE = "assumed: the 0.74-0.76 GiB the OOM messages of an H200 run state, torch 2.11 and CUDA 13"
-# The allocators the largest batch is predicted for (gcdoctor.allocator replays both).
+# The allocators the largest batch is predicted for (gcdoctor.model.allocator replays both).
 ALLOCATORS = ("default", "expandable")
 
 # Categories of live bytes, for the breakdown at a peak.

@@ -28,7 +28,7 @@ from typing import IO, Any
 
 from gcdoctor.atomic import atomic_write_text
 from gcdoctor.errors import RunDirectoryBusy, UserError
-from gcdoctor.events import TelemetrySampled, event_to_json
+from gcdoctor.run.events import TelemetrySampled, event_to_json
 
 try:
     import fcntl

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 from transformers import TrainerCallback
 
-from gcdoctor.watcher import Watcher
+from gcdoctor.watching.watcher import Watcher
 
 
 class GcdoctorCallback(TrainerCallback):

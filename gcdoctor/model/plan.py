@@ -10,10 +10,10 @@ import re
 import textwrap
 from typing import Any
 
-from gcdoctor import fitting as F
-from gcdoctor import memory as M
+from gcdoctor.model import fitting as F
+from gcdoctor.model import memory as M
 from gcdoctor.errors import UserError
-from gcdoctor.models import load_spec
+from gcdoctor.model.registry import load_spec
 
 DEFAULT_SEQ_LEN = 4096
 DEFAULT_DTYPE = "bf16"
@@ -127,7 +127,7 @@ def _from_args(args: Any) -> dict[str, Any]:
 
 def _device(device: str | None) -> tuple[str, Any]:
     """(backend kind, preset or None) from --device: cpu, cuda[:N], musa[:N], auto, or a card name."""
-    from gcdoctor import hardware
+    from gcdoctor.model import hardware
     dev = (device or "auto").strip().lower()
     kind = dev.partition(":")[0]
     if kind == "auto":
@@ -162,7 +162,7 @@ def run_plan(model: Any = None, device_memory: str | int | None = None, seq_len:
              reshard_after_forward: bool = True) -> tuple[str, dict]:
     """Predict peak memory vs batch size on a card; return (text, data).
 
-    `device` is cpu, cuda, musa or a card of gcdoctor.hardware.PRESETS (`mtt-s4000`, `h200`, ...),
+    `device` is cpu, cuda, musa or a card of gcdoctor.model.hardware.PRESETS (`mtt-s4000`, `h200`, ...),
     whose memory is used unless `device_memory` is given. `model` may also be the CLI's argparse
     namespace. Defaults are diagnose's: on a device llama3-8b, bf16, seq 4096; on the CPU
     tiny-llama, fp32, seq 128; AdamW. `text` is the human table (or the JSON text when
@@ -248,7 +248,7 @@ def run_plan(model: Any = None, device_memory: str | int | None = None, seq_len:
         "device_memory_bytes": capacity, "usable_bytes": usable,
         "margins": {"context_bytes": M.DEVICE_CONTEXT_BYTES if not on_cpu else 0,
                     "context_source": M.CONTEXT_SOURCE if not on_cpu else None,
-                    "allocator": None if on_cpu else "replayed for a fresh process (gcdoctor.allocator)"},
+                    "allocator": None if on_cpu else "replayed for a fresh process (gcdoctor.model.allocator)"},
         "model_state_bytes": {"params": st.param_bytes, "grads": st.grad_bytes,
                               "optimizer_states": st.optimizer_state_bytes,
                               "master_weights": st.master_weight_bytes, "total": st.total_bytes},
@@ -267,15 +267,15 @@ def run_plan(model: Any = None, device_memory: str | int | None = None, seq_len:
         data["fit_options"] = [dict(to_dict(o), fits=o.fits) for o in opts]
     step_lines = _step_time(data, spec, seq_len, dtype, card or (device_arg if preset is not None else None),
                             launch_us, granularity_run)
-    if shard is not None:  # states sharded over N devices: a rank's view (gcdoctor.sharding)
-        from gcdoctor import sharding
+    if shard is not None:  # states sharded over N devices: a rank's view (gcdoctor.model.sharding)
+        from gcdoctor.model import sharding
         data["sharded"] = sharding.plan_section(spec, usable, seq_len, dtype, optimizer, device, master_weights,
                                                 shard, reshard_after_forward, modes, batches)
     if as_json:
         return json.dumps(data, indent=1), data
     text = _render(data, modes, batches, rows, allocators)
     if shard is not None:
-        from gcdoctor import sharding
+        from gcdoctor.model import sharding
         text += "\n" + "\n".join(sharding.render_plan(data["sharded"], modes, _LABEL))
     return text + "".join("\n" + line for line in step_lines), data
 
@@ -283,8 +283,8 @@ def run_plan(model: Any = None, device_memory: str | int | None = None, seq_len:
 def _step_time(data: dict, spec: Any, seq_len: int, dtype: str, card: str | None, launch_us: float | None,
                granularity_run: str | None) -> list[str]:
     """Beside memory, the predicted step time per checkpointing granularity on a named card
-    (gcdoctor/steptime.py); nothing for a device kind."""
-    from gcdoctor import steptime
+    (gcdoctor/model/steptime.py); nothing for a device kind."""
+    from gcdoctor.model import steptime
     lines, step = steptime.section(spec, seq_len, dtype, card, launch_us, granularity_run)
     if step is None:
         return []

@@ -10,7 +10,7 @@ from typing import Any, TextIO
 
 from gcdoctor.report.format import term_escape
 from gcdoctor.types import SEVERITIES
-from gcdoctor.events import (LogMessage, MeasurementRecorded, ProbeFinished, ProbeStarted, Progress, RunFinished,
+from gcdoctor.run.events import (LogMessage, MeasurementRecorded, ProbeFinished, ProbeStarted, Progress, RunFinished,
                              RunStarted, StepMeasured, VerdictIssued)
 
 SEV = {s.name: s.console for s in SEVERITIES}

@@ -1,18 +1,18 @@
 """Whether a step fits a device: the memory model's timeline replayed through the caching allocator
-(gcdoctor.allocator) for a fresh process, the largest batch so, and the memory-model facts a run
+(gcdoctor.model.allocator) for a fresh process, the largest batch so, and the memory-model facts a run
 stores (its measured points predicted, the largest batches under both allocators). No torch.
 
-gcdoctor.memory predicts bytes; gcdoctor.allocator replays a policy over them; this module asks
+gcdoctor.model.memory predicts bytes; gcdoctor.model.allocator replays a policy over them; this module asks
 both whether a workload fits and writes the answer as facts.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from gcdoctor import allocator as A
+from gcdoctor.model import allocator as A
 from gcdoctor.errors import UserError
 from gcdoctor.facts.memory import MemoryModelFacts, PredictedPoint
-from gcdoctor.memory import (ALLOCATORS, CONTEXT_SOURCE, DEVICE_CONTEXT_BYTES, DTYPE_BYTES, EXACT_TYPES, GiB, MiB,
+from gcdoctor.model.memory import (ALLOCATORS, CONTEXT_SOURCE, DEVICE_CONTEXT_BYTES, DTYPE_BYTES, EXACT_TYPES, GiB, MiB,
                              Prediction, Workload, checkpoint_residue_bytes_per_token, fit_options,
                              layer_activation_bytes_per_token, max_batch, model_states, predict, usable_bytes)
 
@@ -23,7 +23,7 @@ def fit(spec: Any, workload: Workload, device_memory_bytes: int, allocator: str 
     """Whether `workload` fits as a training job meets it: a fresh process builds the model and
     runs `steps` steps (the first makes the optimizer states; the layout settles by the third:
     on Llama-3-8B no GC batch 3 fails only in it), replayed through the caching
-    allocator (gcdoctor.allocator) on a card of `device_memory_bytes` less the context, with
+    allocator (gcdoctor.model.allocator) on a card of `device_memory_bytes` less the context, with
     --memory-limit `limit_bytes` capping reserved bytes. Returns the replay's SimMeasurement.
 
     On the CPU there is no caching allocator: the counter's peak against the limit decides."""
@@ -155,7 +155,7 @@ def memory_model_facts(spec: Any, seq_len: int, dtype: str = "bf16", optimizer: 
             mm.fit_options = fit_options(spec, seq_len, room, dtype, device, probe)
         if on_device:
             mm.notes.append(f"largest batches: the caching allocator replayed for a fresh process "
-                            f"(gcdoctor.allocator) on {capacity_bytes / GiB:.2f} GiB less "
+                            f"(gcdoctor.model.allocator) on {capacity_bytes / GiB:.2f} GiB less "
                             f"{ctx / MiB:.0f} MiB outside the allocator ({mm.context_source})")
     if spec.model_type not in EXACT_TYPES:
         mm.notes.append(f"model_type {spec.model_type!r} is approximated by a Llama layer")

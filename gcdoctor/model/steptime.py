@@ -187,9 +187,9 @@ def predict(ref: Reference, card: Any, model_spec: Any, ref_spec: Any, seq_len: 
 
 
 def resolve_card(device: str | None) -> Any:
-    """The card `--device` names (a hardware preset, or a device name gcdoctor.hardware knows), or None
+    """The card `--device` names (a hardware preset, or a device name gcdoctor.model.hardware knows), or None
     for a device kind (cpu, cuda, musa) that names no card."""
-    from gcdoctor import hardware
+    from gcdoctor.model import hardware
     if not device or device.partition(":")[0] in ("auto", "cpu", "cuda", "musa"):
         return None
     preset = getattr(hardware, "PRESETS", {}).get(device.lower())
@@ -199,7 +199,7 @@ def resolve_card(device: str | None) -> Any:
 def section(model_spec: Any, seq_len: int, dtype: str, device: str | None, launch_us: float | None = None,
             granularity_run: str | None = None, batch_size: int = 1) -> tuple[list[str], dict[str, Any] | None]:
     """plan's step-time lines and data for `device`, or ([], None) when it names no card."""
-    from gcdoctor.models import load_spec
+    from gcdoctor.model.registry import load_spec
     card = resolve_card(device)
     if card is None:
         if launch_us is not None or granularity_run is not None:

@@ -17,18 +17,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from gcdoctor import models
-from gcdoctor.capture import (StepRecord, TrainingStep, free_memory, median, optimizer_state_bytes,
+from gcdoctor.model import registry as models
+from gcdoctor.run.capture import (StepRecord, TrainingStep, free_memory, median, optimizer_state_bytes,
                               profile_steps, tensor_bytes)
 from gcdoctor.config import RunConfig
 from gcdoctor.engine import evaluate
 from gcdoctor.types import Verdict
 from gcdoctor.errors import RunInterrupted, UserError
-from gcdoctor.events import (EventBus, LogMessage, MeasurementRecorded, PhaseTimed, ProbeFinished, ProbeStarted,
+from gcdoctor.run.events import (EventBus, LogMessage, MeasurementRecorded, PhaseTimed, ProbeFinished, ProbeStarted,
                              Progress, process_age_s,
                              RunFinished, RunStarted, StepMeasured, TelemetrySampled, VerdictIssued)
 from gcdoctor.facts import Facts, Measurement, ModelInfo, ProfilerOverhead, RunSettings
-from gcdoctor.rundir import RunDirectory, default_run_dir
+from gcdoctor.run.rundir import RunDirectory, default_run_dir
 
 GPU_SEQ_LEN, CPU_SEQ_LEN = 4096, 128
 GPU_PROBE_LAYERS = 4  # many-variant probes on a GPU: per-layer effects repeat, so 4 layers suffice
@@ -233,8 +233,8 @@ class ProbeContext:
 
     def _profile(self, step: TrainingStep, key: str, variant: str, batch_size: int,
                  records: list[StepRecord]) -> None:
-        from gcdoctor.perfetto import trace_file_name
-        from gcdoctor.rundir import safe_name
+        from gcdoctor.trace.perfetto import trace_file_name
+        from gcdoctor.run.rundir import safe_name
         # torch writes the trace's own path into it unescaped: export under a plain temporary name
         # (a '"' in --out would make the trace unreadable), then move it into the run directory,
         # named as tensorboard_trace_handler names traces: traces/VARIANT/HOST_PID.MS.pt.trace.json.gz
@@ -305,7 +305,7 @@ class Session:
         self.bus = bus or EventBus()
         self.current_probe: str | None = None  # the probe running now (events name it)
         self.stop_requested = threading.Event()
-        from gcdoctor.distributed import DistributedRun
+        from gcdoctor.run.distributed import DistributedRun
         self.dist = DistributedRun.from_env(config.device)  # under torchrun / --nproc: rank r of N
         self.backend = get_backend(self.dist.device if self.dist is not None else config.device)
         self.resolved = resolve_defaults(config, self.backend.kind)
@@ -314,7 +314,7 @@ class Session:
         self.probes = select_probes(config.probes, self.backend.kind, distributed=self.dist is not None)
         out = config.out or default_run_dir(config.command, self.resolved.model)
         if config.out and (self.dist is None or self.dist.is_main):  # one rank checks (and empties) it
-            from gcdoctor.rundir import prepare_run_dir
+            from gcdoctor.run.rundir import prepare_run_dir
             prepare_run_dir(config.out, config.force)
         if self.dist is not None:  # every rank validated the same arguments: now they meet
             self.dist.start(self.backend.kind)
@@ -490,7 +490,7 @@ class Session:
             return
         report = self.report_path = write_reports(self.rundir.path, self.facts, self.verdicts)
         try:
-            from gcdoctor.perfetto import annotate_run
+            from gcdoctor.trace.perfetto import annotate_run
             annotate_run(self.rundir.path)
         except Exception as exc:  # noqa: BLE001 - the traces stay as torch wrote them
             self.bus.emit(LogMessage(f"telemetry counters not added to the traces: {exc}", "warning"))

@@ -125,7 +125,7 @@ def load(path: str | Path) -> Run:
     rules of this gcdoctor."""
     from gcdoctor.engine import evaluate
     from gcdoctor.facts import Facts
-    from gcdoctor.perfetto import trace_files
+    from gcdoctor.trace.perfetto import trace_files
     p = Path(path)
     if p.is_dir():
         if not (p / "facts.json").is_file():

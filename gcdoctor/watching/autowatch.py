@@ -28,14 +28,14 @@ from typing import Any
 ENV_OUT, ENV_PROFILE = "GCDOCTOR_WATCH_OUT", "GCDOCTOR_WATCH_PROFILE"
 ENV_TELEMETRY, ENV_RANKS = "GCDOCTOR_WATCH_TELEMETRY_HZ", "GCDOCTOR_WATCH_RANKS"
 
-SITECUSTOMIZE = '''"""gcdoctor watch: watch this process's training (gcdoctor.autowatch), then run any
+SITECUSTOMIZE = '''"""gcdoctor watch: watch this process's training (gcdoctor.watching.autowatch), then run any
 sitecustomize this one shadows."""
 import os, sys
 _here = os.path.dirname(os.path.abspath(__file__))
 if os.environ.get("GCDOCTOR_WATCH_OUT"):
     try:
-        import gcdoctor.autowatch
-        gcdoctor.autowatch.install_from_env()
+        import gcdoctor.watching.autowatch
+        gcdoctor.watching.autowatch.install_from_env()
     except Exception as exc:  # never break the user's script
         sys.stderr.write(f"gcdoctor watch: not watching this process ({type(exc).__name__}: {exc})\\n")
 # chain to the sitecustomize this one shadows, if there is one
@@ -95,7 +95,7 @@ class AutoWatch:
             return
         if not any(p.requires_grad for p in module.parameters()):
             return
-        from gcdoctor.watcher import Watcher
+        from gcdoctor.watching.watcher import Watcher
         model = _unwrap(module)
         for h in self._fwd:  # from here on the Watcher's own hooks on the model do the work
             h.remove()
@@ -172,7 +172,7 @@ def run_watch(args: Any) -> int:
     """`gcdoctor watch [--out DIR] [--profile-steps 5,6] [--telemetry-hz 20] [--ranks all|0] -- CMD ...`:
     run CMD with this process's environment plus gcdoctor's sitecustomize; return CMD's exit code."""
     from gcdoctor.errors import UserError
-    from gcdoctor.rundir import default_run_dir
+    from gcdoctor.run.rundir import default_run_dir
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
@@ -193,7 +193,7 @@ def run_watch(args: Any) -> int:
         against = against_facts(args.against)
     out = Path(args.out) if args.out else default_run_dir("watch", Path(cmd[-1]).stem if cmd else None)
     if args.out:
-        from gcdoctor.rundir import prepare_run_dir
+        from gcdoctor.run.rundir import prepare_run_dir
         prepare_run_dir(out, getattr(args, "force", False))
     try:
         out = out.resolve()

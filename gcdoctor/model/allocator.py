@@ -1,6 +1,6 @@
 """A replay of PyTorch's CUDA caching allocator over the memory model's allocations (no torch).
 
-The memory model (gcdoctor.memory) says which tensors a training step allocates and frees, in
+The memory model (gcdoctor.model.memory) says which tensors a training step allocates and frees, in
 order, to the byte. Whether a step fits is a further question: the caching allocator serves
 those requests from segments it got from the driver, splits and caches blocks, and can fail
 with gigabytes free but in pieces. This module replays the allocator's policy over the same
@@ -41,8 +41,8 @@ import bisect
 from dataclasses import dataclass
 from typing import Any
 
-from gcdoctor import memory as M
-from gcdoctor.memory import _Timeline
+from gcdoctor.model import memory as M
+from gcdoctor.model.memory import _Timeline
 
 KMIN_BLOCK = 512
 KSMALL_SIZE = 1 << 20  # largest "small" request
@@ -410,7 +410,7 @@ class _Live:
 
 
 class _Recorder(_Timeline):
-    """A memory timeline (gcdoctor.memory._Timeline) whose allocations go to the replayed
+    """A memory timeline (gcdoctor.model.memory._Timeline) whose allocations go to the replayed
     allocator; the first matmul of each thread makes its cuBLAS workspace, once per process
     (or per measurement, when gcdoctor releases them)."""
 

@@ -22,10 +22,10 @@ from typing import Any, Callable, TextIO
 from gcdoctor.engine import evaluate
 from gcdoctor.types import SEVERITY, Verdict
 from gcdoctor.errors import UserError
-from gcdoctor.events import EventBus, LogMessage, RunFinished, RunStarted, TelemetrySampled, VerdictIssued
+from gcdoctor.run.events import EventBus, LogMessage, RunFinished, RunStarted, TelemetrySampled, VerdictIssued
 from gcdoctor.facts import Environment, Facts, RunSettings
 from gcdoctor.facts.monitor import MonitoredProcess, MonitorFacts
-from gcdoctor.rundir import RunDirectory, default_run_dir
+from gcdoctor.run.rundir import RunDirectory, default_run_dir
 from gcdoctor.tui.alerts import LiveAlerts, live_rules
 
 PROCESS_POLL_S = 2.0  # process lists change rarely; NVML's per-process query is not free
@@ -224,7 +224,7 @@ class JsonLinesPrinter:
         self._lock = threading.Lock()
 
     def __call__(self, ev: Any) -> None:
-        from gcdoctor.events import TelemetrySampled, event_to_json
+        from gcdoctor.run.events import TelemetrySampled, event_to_json
         if isinstance(ev, TelemetrySampled):
             return
         with self._lock:
@@ -311,7 +311,7 @@ def _follow(args: Any) -> int:
             source.request_stop()
             source.join(2.0)
         return 0
-    from gcdoctor.console import ConsolePrinter
+    from gcdoctor.run.console import ConsolePrinter
 
     source = FollowSource(run_dir, alerts=alerts, seconds=args.seconds, stop_at_finish=True)
     printer = ConsolePrinter()

@@ -2,7 +2,7 @@
 per-rank peak that follows from an unsharded prediction. No torch: `gcdoctor plan --shard N` sizes
 a sharded job before it runs, and the sharded-states rule checks a measured one against it.
 
-Per parameter tensor (the model's exact shapes, gcdoctor.memory's layout):
+Per parameter tensor (the model's exact shapes, gcdoctor.model.memory's layout):
 - FSDP2 shards dim 0 and pads it: every rank stores ceil(dim0 / N) rows (torch's FSDPParam pads
   the local shard so that all-gather inputs are equal; the DTensor is a view of the unpadded part).
 - ZeRO-3 partitions the flattened tensor into N equal, padded pieces; tensors under
@@ -23,7 +23,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any
 
-from gcdoctor import memory as M
+from gcdoctor.model import memory as M
 from gcdoctor.errors import UserError
 
 FSDP2, ZERO3 = "fsdp2", "zero3"
@@ -40,7 +40,7 @@ class Tensor:
 
 def param_tensors(spec: Any) -> list[Tensor]:
     """Every parameter tensor of the model as built, with its FSDP unit: the same shapes as
-    gcdoctor.memory's parameter count (biases as tensors of their own)."""
+    gcdoctor.model.memory's parameter count (biases as tensors of their own)."""
     d = M._dims(spec, M.Workload(1, 1))
     out = [Tensor("root", d.V, d.V * d.h)]  # embedding [V, h]
     for i in range(d.L):
@@ -92,7 +92,7 @@ class ShardedStates:
         return self.param_bytes + self.grad_bytes + self.optimizer_state_bytes + self.master_weight_bytes
 
     def fraction(self, category: str) -> float:
-        """Per-rank bytes over unsharded bytes of one category of gcdoctor.memory's breakdown."""
+        """Per-rank bytes over unsharded bytes of one category of gcdoctor.model.memory's breakdown."""
         u = self.unsharded
         pairs = {"params": (self.param_bytes, u.param_bytes), "grads": (self.grad_bytes, u.grad_bytes),
                  "optimizer_states": (self.optimizer_state_bytes + self.master_weight_bytes,

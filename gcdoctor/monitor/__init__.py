@@ -1,0 +1,1 @@
+"""`gcdoctor monitor`: telemetry beside a job in another process, and its record."""
