@@ -92,7 +92,7 @@ class TraceCoverageRule(Rule):
                                "to say why", ev + [Evidence("device idle without host events", 100 * share, "%")],
                                "The thread that launches the device's work has no cpu_op events in the trace, so "
                                "what the host was doing cannot be told.", fix)]
-        if sampled:
+        if sampled and h is not None:
             return [self.fired("info", f"trace: a sampled trace: {sampled}; the verdicts describe the events kept",
                                ev + [Evidence("launch calls without a device op",
                                               f"{h.unmatched_launch_count} of {h.launch_call_count}")],

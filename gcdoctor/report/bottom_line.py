@@ -196,9 +196,9 @@ def bottom_line(verdicts: list[Verdict], title: str, problems: list[str] | None 
         # a device finding left out for room counts among the ones "below"
         shown_dev = {rows[0].key for kind, rows in shown if kind == "dev"}
         pointer = _pointer(experiments, [v for v in findings if (v.code, v.subject) in shown_dev], left_out)
-        more = _wrap("...", pointer, None, width) if pointer else []
+        pointer_rows = _wrap("...", pointer, None, width) if pointer else []
         droppable = [b for b in shown if b[0] != "use"]
-        if len(titles) + used + len(more) <= max_lines or not droppable:
+        if len(titles) + used + len(pointer_rows) <= max_lines or not droppable:
             break
         drop = droppable[-1]  # the pointer needs a second row: the last block shown makes room
         blocks = [b for b in blocks if b is not drop]
@@ -206,7 +206,7 @@ def bottom_line(verdicts: list[Verdict], title: str, problems: list[str] | None 
     out = list(titles)
     for _, rows in shown:
         out += rows
-    return out + more
+    return out + pointer_rows
 
 
 def _pointer(experiments: list[Verdict], findings: list[Verdict], left_out: dict[str, int]) -> str:
