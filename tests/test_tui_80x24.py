@@ -81,3 +81,98 @@ def test_after_the_run_m_shows_the_table_and_v_the_bottom_line_again():
 
 def test_the_bottom_line_in_the_verdict_panel_is_wrapped_never_cut():
     asyncio.run(_t_the_bottom_line_in_the_verdict_panel_is_wrapped_never_cut())
+
+
+# -- the header and the probe panel: a field that does not fit is left out whole, never cut ----------
+PROGRESS_WORDS = ("starting…", "preparing…", "building the model and the first step…", "between probes…")
+
+
+def _lines(widget) -> list[str]:
+    return widget.render().plain.split("\n")
+
+
+def _readable(lines: list[str], width: int) -> None:
+    for line in lines:
+        assert len(line) <= width, (line, width)
+        assert "…" not in line or line.strip() in PROGRESS_WORDS, line
+
+
+def mid_run_long(finished: bool = False) -> list:
+    """The recording at the first step of a point with a long variant name, a long probe description
+    and a long run directory (the header and the probe panel at their fullest)."""
+    import dataclasses
+    from gcdoctor.run.events import ProbeStarted, Progress, RunStarted, StepMeasured
+    events = []
+    for ev in read_events(str(DIAGNOSE)):
+        if isinstance(ev, RunStarted):
+            ev = dataclasses.replace(ev, run_dir="/home/someone/experiments/gcdoctor-runs/2026-12-02T01-59-07-llama")
+        if isinstance(ev, ProbeStarted):
+            events.append(ProbeStarted("granularity", "what each checkpointing granularity costs and saves",
+                                       total_units=6))
+            events.append(Progress("granularity", LONG[2], 16, 2, 6, "measuring at the batch the sweep found"))
+            events.append(StepMeasured("granularity", LONG[2], 16, 0, 1234.5, "warmup"))
+            return events
+        events.append(ev)
+    raise AssertionError("no probe in the recording")
+
+
+async def _t_header_and_probe_panel(events, mode, size=(80, 24)):
+    from gcdoctor.tui.widgets import HeaderBar, ProbePanel
+    app = make_app(events, mode)
+    async with app.run_test(size=size) as pilot:
+        await _settle(pilot)
+        header = app.query_one(HeaderBar)
+        head = _lines(header)
+        _readable(head, header.content_size.width)
+        probe = app.query_one(ProbePanel)
+        body = _lines(probe)
+        _readable(body, probe.content_size.width)
+        return head, body
+
+
+def test_header_and_probe_panel_leave_fields_out_whole_at_80x24():
+    head, body = asyncio.run(_t_header_and_probe_panel(mid_run_long(), "diagnose"))
+    assert head[0].startswith("gcdoctor diagnose · tiny-llama (4 layers")
+    assert "seq 128 · fp32" in head[0]
+    assert head[1].startswith("cpu: x86_64")
+    # the variant's whole name is on the panel, over two lines if it must be
+    assert LONG[2] in "".join(body[1:3]).replace(" ", "") or any(LONG[2] in line for line in body)
+    assert body[0] == "granularity"  # the description left out whole
+
+
+def test_header_and_probe_panel_keep_every_field_on_a_wide_screen():
+    head, body = asyncio.run(_t_header_and_probe_panel(mid_run_long(), "diagnose", size=(200, 40)))
+    assert "probes " in head[0] and "adamw" in head[0].lower()
+    assert "torch " in head[1] and "run /home/someone/" in head[1]
+    assert "what each checkpointing granularity costs and saves" in body[0]
+    assert "measuring at the batch the sweep found" in body[1]
+
+
+def test_the_h200_header_at_80x24():
+    from gcdoctor.tui.widgets import HeaderBar
+    h200 = Path(__file__).parents[1] / "samples" / "h200-llama3-8b-2layers-sweep" / "events.jsonl"
+
+    async def go():
+        app = make_app(read_events(str(h200)))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _settle(pilot)
+            header = app.query_one(HeaderBar)
+            head = _lines(header)
+            _readable(head, header.content_size.width)
+            return head
+
+    head = asyncio.run(go())
+    assert head[1].startswith("cuda: NVIDIA H200 (150 GB)") and "run /tmp/early" in head[1]
+
+
+def test_fit_fields_leaves_out_whole_fields_highest_rank_first_and_wrap_text_keeps_every_character():
+    from gcdoctor.tui.render import fit_fields, wrap_text
+    fields = [(0, ["model"]), (4, ["adamw", ""]), (1, ["run /tmp/x", ""]), (2, ["torch 2.13 runtime 1", "torch 2.13", ""])]
+    assert fit_fields(fields, 80) == "model · adamw · run /tmp/x · torch 2.13 runtime 1"
+    assert fit_fields(fields, 40) == "model · adamw · run /tmp/x · torch 2.13"  # given back: it fits
+    assert fit_fields(fields, 36) == "model · run /tmp/x · torch 2.13"
+    assert fit_fields(fields, 20) == "model · run /tmp/x"
+    assert fit_fields(fields, 3) == "model"  # nothing left to leave out: wider than asked
+    lines = wrap_text("report: /home/someone/gcdoctor-runs/2026-12-02T01-59-07/report.html", 20)
+    assert all(len(x) <= 20 for x in lines) and "".join(lines).replace(" ", "") == \
+        "report:/home/someone/gcdoctor-runs/2026-12-02T01-59-07/report.html"
