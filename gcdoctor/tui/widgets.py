@@ -156,6 +156,8 @@ class ProbePanel(Widget):
             title = p.name
         desc = f"  {p.description}" if p.description and len(title) + 2 + len(p.description) <= width else ""
         lines: list[tuple[int, Content]] = [(0, Content.assemble((title, "bold"), (desc, "dim")))]  # (rank, line)
+        if p.description and not desc:  # under the title, wrapped, where the panel has the rows
+            lines += [(4, Content.styled(x, "dim")) for x in wrap_text(p.description, width)]
         batch: list[Field] = [(0, [f"batch {p.batch_size}" if p.batch_size else ""]), (2, [p.message, ""])]
         what = fit_fields([(0, [p.variant]), *batch], width)
         if len(what) > width:  # a long variant name: on its own line(s), the batch under it
@@ -185,10 +187,11 @@ class ProbePanel(Widget):
         else:
             eta = [(0, [f"{p.points_done} points done"])]
         lines.append((3, Content.styled(fit_fields(eta, width), "dim")))
-        # more lines than the panel has rows (a wrapped variant name): the least needed lines give way
+        # more lines than the panel has rows (a wrapped name or description): the least needed give way
         rows = self.content_size.height
         while rows and len(lines) > rows and max(r for r, _ in lines) > 0:
-            lines.remove(max(lines, key=lambda x: x[0]))
+            top = max(r for r, _ in lines)
+            lines = [x for x in lines if x[0] != top]  # a wrapped text goes whole, never a part of it
         return Content("\n").join([c for _, c in lines])
 
 
