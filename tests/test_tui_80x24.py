@@ -176,3 +176,50 @@ def test_fit_fields_leaves_out_whole_fields_highest_rank_first_and_wrap_text_kee
     lines = wrap_text("report: /home/someone/gcdoctor-runs/2026-12-02T01-59-07/report.html", 20)
     assert all(len(x) <= 20 for x in lines) and "".join(lines).replace(" ", "") == \
         "report:/home/someone/gcdoctor-runs/2026-12-02T01-59-07/report.html"
+
+
+# -- the policies probe's settings ("policy/allocator/optimizer") at 80x24 ------------------------------
+KEYS = ["none/default/adamw", "layer/expandable/adamw-fused", "selective-attn/expandable/adamw-fused"]
+
+
+def with_policies(finished: bool) -> list:
+    from gcdoctor.run.events import VerdictIssued
+    events = [e for e in read_events(str(DIAGNOSE)) if finished or not isinstance(e, RunFinished)]
+    at = next(i for i, e in enumerate(events) if isinstance(e, RunFinished)) if finished else len(events)
+    rows = [MeasurementRecorded("policies", {"variant": k, "batch": 8, "step_ms": 1234.5, "peak_gib": 12.25,
+                                             "tokens_per_s": 1234.0, "mfu_pct": None, "fits": True}) for k in KEYS]
+    verdict = VerdictIssued({"code": "GC007", "severity": "warning", "status": "fired", "subject": "",
+                             "headline": f"The fastest setting per token is {KEYS[2]} at micro-batch 8"})
+    return events[:at] + rows + [verdict] + events[at:]
+
+
+async def _t_policies(finished: bool):
+    from gcdoctor.tui.widgets import MeasurementsTable, VerdictList
+    app = make_app(with_policies(finished), "diagnose")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settle(pilot)
+        if finished:  # the table beside the bottom line: the verdict panel is at its narrowest
+            await pilot.press("m")
+            await _settle(pilot)
+        table = app.query_one(MeasurementsTable)
+        widths = [c.get_render_width(table) for c in table.ordered_columns]
+        assert sum(widths) <= table.scrollable_content_region.width
+        names = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
+        assert all(len(line) <= 14 for n in names for line in n.split("\n"))
+        assert [n.replace("\n", "") for n in names[-3:]] == [f"policies:{k}" for k in KEYS]
+        panel = app.query_one(VerdictList)
+        width = panel.scrollable_content_region.width
+        texts = [str(panel.get_option_at_index(i).prompt) for i in range(panel.option_count)]
+        if finished:  # every row of the bottom line as written, none re-wrapped by the list
+            bottom = texts[:next(i for i, t in enumerate(texts) if t.startswith("─ every verdict"))]
+            assert bottom[0].startswith("Bottom line: ")
+            assert all("…" not in t and len(t) <= width for t in bottom), (width, bottom)
+        assert any(KEYS[2] in t for t in texts)
+
+
+def test_the_policies_settings_in_the_table_and_the_verdicts_mid_run():
+    asyncio.run(_t_policies(finished=False))
+
+
+def test_the_policies_settings_beside_the_bottom_line_after_the_run():
+    asyncio.run(_t_policies(finished=True))

@@ -294,7 +294,9 @@ class VerdictList(OptionList):
                 style = "bold" if row.title else BOTTOM_STYLE.get(row.mark, "")
                 self.add_option(Option(Content.styled(row.render(width), style), disabled=key is None))
             self.keys.append(("", "sep"))
-            self.add_option(Option(Content.styled("─ every verdict: yours, then the experiments' ─", "dim"), disabled=True))
+            sep = "─ every verdict: yours, then the experiments' ─"
+            self.add_option(Option(Content.styled(sep if len(sep) <= width else "─ every verdict ─", "dim"),
+                                   disabled=True))
         self.keys += [e.key for e in entries]
         self.add_options([Option(verdict_prompt(e), id=f"{e.key[0]}|{e.key[1]}") for e in entries])
         if not entries and self.state.finished is None:
@@ -321,7 +323,7 @@ class VerdictList(OptionList):
         w = self.scrollable_content_region.width or self.content_size.width
         if not w:
             w = (self.app.size.width or 80) - 6
-        return max(30, min(80, w - 3))  # the option's own padding and the scrollbar
+        return max(20, min(80, w - 3))  # the option's own padding and the scrollbar
 
     def on_resize(self) -> None:
         if self.state.finished is not None:
