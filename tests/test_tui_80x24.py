@@ -223,3 +223,20 @@ def test_the_policies_settings_in_the_table_and_the_verdicts_mid_run():
 
 def test_the_policies_settings_beside_the_bottom_line_after_the_run():
     asyncio.run(_t_policies(finished=True))
+
+
+def test_the_status_line_leaves_out_the_key_hint_before_it_cuts_the_report_path():
+    import dataclasses
+    from gcdoctor.tui.widgets import StatusBar
+    path = "/home/someone/experiments/gcdoctor-runs/2026-12-02/report.html"
+    events = [dataclasses.replace(e, report_path=path) if isinstance(e, RunFinished) else e
+              for e in read_events(str(DIAGNOSE))]
+
+    async def go():
+        app = make_app(events, "diagnose")
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _settle(pilot)
+            return app.query_one(StatusBar).render().plain, app.query_one(StatusBar).content_size.width
+
+    line, width = asyncio.run(go())
+    assert line == f"report: {path}" and len(line) <= width

@@ -100,7 +100,8 @@ class HeaderBar(Widget):
 
 
 class StatusBar(Widget):
-    """One line: running / stopping / where the report is."""
+    """One line: running / stopping / where the report is. Too narrow a line leaves out the key hint,
+    then its last fields, whole."""
 
     DEFAULT_CSS = "StatusBar { height: 1; padding: 0 1; background: $boost; }"
 
@@ -111,7 +112,12 @@ class StatusBar(Widget):
 
     def render(self) -> Content:
         text, style = self.text()
-        return Content.assemble((_fit(text, max(10, self.content_size.width or 80)), style))
+        width = max(10, self.content_size.width or 80)
+        if len(text) > width:  # the key hint goes first (the footer has it), then trailing fields, whole
+            text = text.split(" — ")[0]
+        while len(text) > width and " · " in text:
+            text = text.rsplit(" · ", 1)[0]
+        return Content.assemble((_fit(text, width), style))  # cut only a single path wider than the screen
 
 
 class ProbePanel(Widget):
