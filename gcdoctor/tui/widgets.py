@@ -153,29 +153,29 @@ class ProbePanel(Widget):
                 lines = [Content.styled("waiting for the run to start…", "dim")]
             else:
                 done = [f.probe for f in st.probes_finished]
-                text = "between probes" + (f" (done: {', '.join(done)})" if done else "…")
-                lines = [Content.styled(x, "dim") for x in wrap_text(text, width)]
+                between = "between probes" + (f" (done: {', '.join(done)})" if done else "…")
+                lines = [Content.styled(x, "dim") for x in wrap_text(between, width)]
             return Content("\n").join(lines)
         pos = st.probe_position()
         title = p.name + (f"  probe {pos[0]}/{pos[1]}" if pos else "")
         if len(title) > width:
             title = p.name
         desc = f"  {p.description}" if p.description and len(title) + 2 + len(p.description) <= width else ""
-        lines: list[tuple[int, Content]] = [(0, Content.assemble((title, "bold"), (desc, "dim")))]  # (rank, line)
+        ranked: list[tuple[int, Content]] = [(0, Content.assemble((title, "bold"), (desc, "dim")))]  # (rank, line)
         if p.description and not desc:  # under the title, wrapped, where the panel has the rows
-            lines += [(4, Content.styled(x, "dim")) for x in wrap_text(p.description, width)]
+            ranked += [(4, Content.styled(x, "dim")) for x in wrap_text(p.description, width)]
         batch: list[Field] = [(0, [f"batch {p.batch_size}" if p.batch_size else ""]), (2, [p.message, ""])]
         what = fit_fields([(0, [p.variant]), *batch], width)
         if len(what) > width:  # a long variant name: on its own line(s), the batch under it
             what = "\n".join([*wrap_text(p.variant, width), fit_fields(batch, width)]).strip()
-        lines += [(0, Content(x)) for x in (what or "preparing…").split("\n")]
+        ranked += [(0, Content(x)) for x in (what or "preparing…").split("\n")]
         n = len(p.point_steps_ms)
         if n:
             total = f"/{p.steps_per_point}" if p.steps_per_point else ""
             step = [f"step {n}{total} ({p.phase})", f"step {n}{total}"] if p.phase else [f"step {n}{total}"]
-            lines.append((2, Content(fit_fields([(0, step), (1, [f"{fmt_ms(p.step_ms())} per step", ""])], width))))
+            ranked.append((2, Content(fit_fields([(0, step), (1, [f"{fmt_ms(p.step_ms())} per step", ""])], width))))
         else:
-            lines += [(2, Content.styled(x, "dim")) for x in wrap_text("building the model and the first step…", width)]
+            ranked += [(2, Content.styled(x, "dim")) for x in wrap_text("building the model and the first step…", width)]
         frac = p.plan_fraction()
         scope = "of the plan" if frac is not None else "of this point"
         frac = frac if frac is not None else p.point_fraction()
@@ -183,7 +183,7 @@ class ProbePanel(Widget):
         if frac is not None and len(pct) + 4 > width:
             pct = f" {100 * frac:3.0f}%"
         bar_w = max(4, width - len(pct))
-        lines.append((1, Content.assemble((bar(frac, bar_w), "$text-primary"), pct)))
+        ranked.append((1, Content.assemble((bar(frac, bar_w), "$text-primary"), pct)))
         eta_point, eta_plan = p.point_eta_s(), p.plan_eta_s()
         if eta_plan is not None:
             eta: list[Field] = [(0, [f"≈ {fmt_seconds(eta_plan)} left in this probe", f"≈ {fmt_seconds(eta_plan)} left"])]
@@ -192,13 +192,13 @@ class ProbePanel(Widget):
                    (1, [f"{p.points_done} points done", ""])]
         else:
             eta = [(0, [f"{p.points_done} points done"])]
-        lines.append((3, Content.styled(fit_fields(eta, width), "dim")))
+        ranked.append((3, Content.styled(fit_fields(eta, width), "dim")))
         # more lines than the panel has rows (a wrapped name or description): the least needed give way
         rows = self.content_size.height
-        while rows and len(lines) > rows and max(r for r, _ in lines) > 0:
-            top = max(r for r, _ in lines)
-            lines = [x for x in lines if x[0] != top]  # a wrapped text goes whole, never a part of it
-        return Content("\n").join([c for _, c in lines])
+        while rows and len(ranked) > rows and max(r for r, _ in ranked) > 0:
+            top = max(r for r, _ in ranked)
+            ranked = [x for x in ranked if x[0] != top]  # a wrapped text goes whole, never a part of it
+        return Content("\n").join([c for _, c in ranked])
 
 
 TABLE_COLUMNS = [("variant", "variant"), ("batch", "batch"), ("step_ms", "step ms"),
@@ -300,8 +300,8 @@ class VerdictList(OptionList):
                 style = "bold" if row.title else BOTTOM_STYLE.get(row.mark, "")
                 self.add_option(Option(Content.styled(row.render(width), style), disabled=key is None))
             self.keys.append(("", "sep"))
-            sep = "─ every verdict: yours, then the experiments' ─"
-            self.add_option(Option(Content.styled(sep if len(sep) <= width else "─ every verdict ─", "dim"),
+            rule = "─ every verdict: yours, then the experiments' ─"
+            self.add_option(Option(Content.styled(rule if len(rule) <= width else "─ every verdict ─", "dim"),
                                    disabled=True))
         self.keys += [e.key for e in entries]
         self.add_options([Option(verdict_prompt(e), id=f"{e.key[0]}|{e.key[1]}") for e in entries])
