@@ -81,3 +81,162 @@ def test_after_the_run_m_shows_the_table_and_v_the_bottom_line_again():
 
 def test_the_bottom_line_in_the_verdict_panel_is_wrapped_never_cut():
     asyncio.run(_t_the_bottom_line_in_the_verdict_panel_is_wrapped_never_cut())
+
+
+# -- the header and the probe panel: a field that does not fit is left out whole, never cut ----------
+PROGRESS_WORDS = ("starting…", "preparing…", "building the model and the first step…", "between probes…")
+
+
+def _lines(widget) -> list[str]:
+    return widget.render().plain.split("\n")
+
+
+def _readable(lines: list[str], width: int) -> None:
+    for line in lines:
+        assert len(line) <= width, (line, width)
+        assert "…" not in line or line.strip() in PROGRESS_WORDS, line
+
+
+def mid_run_long(finished: bool = False) -> list:
+    """The recording at the first step of a point with a long variant name, a long probe description
+    and a long run directory (the header and the probe panel at their fullest)."""
+    import dataclasses
+    from gcdoctor.run.events import ProbeStarted, Progress, RunStarted, StepMeasured
+    events = []
+    for ev in read_events(str(DIAGNOSE)):
+        if isinstance(ev, RunStarted):
+            ev = dataclasses.replace(ev, run_dir="/home/someone/experiments/gcdoctor-runs/2026-12-02T01-59-07-llama")
+        if isinstance(ev, ProbeStarted):
+            events.append(ProbeStarted("granularity", "what each checkpointing granularity costs and saves",
+                                       total_units=6))
+            events.append(Progress("granularity", LONG[2], 16, 2, 6, "measuring at the batch the sweep found"))
+            events.append(StepMeasured("granularity", LONG[2], 16, 0, 1234.5, "warmup"))
+            return events
+        events.append(ev)
+    raise AssertionError("no probe in the recording")
+
+
+async def _t_header_and_probe_panel(events, mode, size=(80, 24)):
+    from gcdoctor.tui.widgets import HeaderBar, ProbePanel
+    app = make_app(events, mode)
+    async with app.run_test(size=size) as pilot:
+        await _settle(pilot)
+        header = app.query_one(HeaderBar)
+        head = _lines(header)
+        _readable(head, header.content_size.width)
+        probe = app.query_one(ProbePanel)
+        body = _lines(probe)
+        _readable(body, probe.content_size.width)
+        return head, body
+
+
+def test_header_and_probe_panel_leave_fields_out_whole_at_80x24():
+    head, body = asyncio.run(_t_header_and_probe_panel(mid_run_long(), "diagnose"))
+    assert head[0].startswith("gcdoctor diagnose · tiny-llama (4 layers")
+    assert "seq 128 · fp32" in head[0]
+    assert head[1].startswith("cpu: x86_64")
+    # the variant's whole name is on the panel, over two lines if it must be
+    assert LONG[2] in "".join(body[1:3]).replace(" ", "") or any(LONG[2] in line for line in body)
+    assert body[0] == "granularity"  # the description left out whole
+
+
+def test_header_and_probe_panel_keep_every_field_on_a_wide_screen():
+    head, body = asyncio.run(_t_header_and_probe_panel(mid_run_long(), "diagnose", size=(200, 40)))
+    assert "probes " in head[0] and "adamw" in head[0].lower()
+    assert "torch " in head[1] and "run /home/someone/" in head[1]
+    assert "what each checkpointing granularity costs and saves" in body[0]
+    assert "measuring at the batch the sweep found" in body[1]
+
+
+def test_the_h200_header_at_80x24():
+    from gcdoctor.tui.widgets import HeaderBar
+    h200 = Path(__file__).parents[1] / "samples" / "h200-llama3-8b-2layers-sweep" / "events.jsonl"
+
+    async def go():
+        app = make_app(read_events(str(h200)))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _settle(pilot)
+            header = app.query_one(HeaderBar)
+            head = _lines(header)
+            _readable(head, header.content_size.width)
+            return head
+
+    head = asyncio.run(go())
+    assert head[1].startswith("cuda: NVIDIA H200 (150 GB)") and "run /tmp/early" in head[1]
+
+
+def test_fit_fields_leaves_out_whole_fields_highest_rank_first_and_wrap_text_keeps_every_character():
+    from gcdoctor.tui.render import fit_fields, wrap_text
+    fields = [(0, ["model"]), (4, ["adamw", ""]), (1, ["run /tmp/x", ""]), (2, ["torch 2.13 runtime 1", "torch 2.13", ""])]
+    assert fit_fields(fields, 80) == "model · adamw · run /tmp/x · torch 2.13 runtime 1"
+    assert fit_fields(fields, 40) == "model · adamw · run /tmp/x · torch 2.13"  # given back: it fits
+    assert fit_fields(fields, 36) == "model · run /tmp/x · torch 2.13"
+    assert fit_fields(fields, 20) == "model · run /tmp/x"
+    assert fit_fields(fields, 3) == "model"  # nothing left to leave out: wider than asked
+    lines = wrap_text("report: /home/someone/gcdoctor-runs/2026-12-02T01-59-07/report.html", 20)
+    assert all(len(x) <= 20 for x in lines) and "".join(lines).replace(" ", "") == \
+        "report:/home/someone/gcdoctor-runs/2026-12-02T01-59-07/report.html"
+
+
+# -- the policies probe's settings ("policy/allocator/optimizer") at 80x24 ------------------------------
+KEYS = ["none/default/adamw", "layer/expandable/adamw-fused", "selective-attn/expandable/adamw-fused"]
+
+
+def with_policies(finished: bool) -> list:
+    from gcdoctor.run.events import VerdictIssued
+    events = [e for e in read_events(str(DIAGNOSE)) if finished or not isinstance(e, RunFinished)]
+    at = next(i for i, e in enumerate(events) if isinstance(e, RunFinished)) if finished else len(events)
+    rows = [MeasurementRecorded("policies", {"variant": k, "batch": 8, "step_ms": 1234.5, "peak_gib": 12.25,
+                                             "tokens_per_s": 1234.0, "mfu_pct": None, "fits": True}) for k in KEYS]
+    verdict = VerdictIssued({"code": "GC007", "severity": "warning", "status": "fired", "subject": "",
+                             "headline": f"The fastest setting per token is {KEYS[2]} at micro-batch 8"})
+    return events[:at] + rows + [verdict] + events[at:]
+
+
+async def _t_policies(finished: bool):
+    from gcdoctor.tui.widgets import MeasurementsTable, VerdictList
+    app = make_app(with_policies(finished), "diagnose")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settle(pilot)
+        if finished:  # the table beside the bottom line: the verdict panel is at its narrowest
+            await pilot.press("m")
+            await _settle(pilot)
+        table = app.query_one(MeasurementsTable)
+        widths = [c.get_render_width(table) for c in table.ordered_columns]
+        assert sum(widths) <= table.scrollable_content_region.width
+        names = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
+        assert all(len(line) <= 14 for n in names for line in n.split("\n"))
+        assert [n.replace("\n", "") for n in names[-3:]] == [f"policies:{k}" for k in KEYS]
+        panel = app.query_one(VerdictList)
+        width = panel.scrollable_content_region.width
+        texts = [str(panel.get_option_at_index(i).prompt) for i in range(panel.option_count)]
+        if finished:  # every row of the bottom line as written, none re-wrapped by the list
+            bottom = texts[:next(i for i, t in enumerate(texts) if t.startswith("─ every verdict"))]
+            assert bottom[0].startswith("Bottom line: ")
+            assert all("…" not in t and len(t) <= width for t in bottom), (width, bottom)
+        assert any(KEYS[2] in t for t in texts)
+
+
+def test_the_policies_settings_in_the_table_and_the_verdicts_mid_run():
+    asyncio.run(_t_policies(finished=False))
+
+
+def test_the_policies_settings_beside_the_bottom_line_after_the_run():
+    asyncio.run(_t_policies(finished=True))
+
+
+def test_the_status_line_leaves_out_the_key_hint_before_it_cuts_the_report_path():
+    import dataclasses
+    from gcdoctor.tui.widgets import StatusBar
+    path = "/home/someone/experiments/gcdoctor-runs/2026-12-02/report.html"
+    events = [dataclasses.replace(e, report_path=path) if isinstance(e, RunFinished) else e
+              for e in read_events(str(DIAGNOSE))]
+
+    async def go():
+        app = make_app(events, "diagnose")
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _settle(pilot)
+            return app.query_one(StatusBar).render().plain, app.query_one(StatusBar).content_size.width
+
+    line, width = asyncio.run(go())
+    assert line == f"report: {path}" and len(line) <= width

@@ -20,7 +20,7 @@ from textual.widgets import Footer, OptionList, Static
 
 from gcdoctor.run.events import TelemetrySampled
 from gcdoctor.tui.gauges import device_rows, diagnose_rows, host_rows
-from gcdoctor.tui.render import fmt_bytes, fmt_seconds
+from gcdoctor.tui.render import Field, fmt_bytes, fmt_seconds
 from gcdoctor.tui.screens import HelpScreen, VerdictScreen
 from gcdoctor.tui.sources import Source
 from gcdoctor.tui.state import DashboardState
@@ -223,31 +223,40 @@ class DashboardApp(App[None]):
         return lines
 
     # -- texts -------------------------------------------------------------------------------------
-    def _header_lines(self) -> list[str]:
+    def _header_lines(self) -> list[list[Field]]:
+        """The header's two lines as fields; a narrow screen leaves out whole fields, the highest
+        rank first (the probes, the optimizer and the versions go before the model and the device)."""
         st = self.state
         s, env = st.settings, st.environment
         if st.run_dir is None:
-            return ["starting…", ""]
+            return [[(0, ["starting…"])], []]
         if self.mode == "monitor":
             names = env.get("device_names") or {}
             kinds = sorted(set(names.values()))
             devs = f"{len(names)} × {', '.join(kinds)}" if names else "no GPU (host telemetry only)"
             rate = s.get("rate_hz")
-            return [f"monitor · {devs}" + (f" · {rate:g} Hz" if rate else ""), f"recording to {st.run_dir}"]
+            return [[(0, ["monitor"]), (0, [devs]), (3, [f"{rate:g} Hz" if rate else ""])],
+                    [(0, [f"recording to {st.run_dir}"])]]
         params = s.get("params")
-        model = f"{s.get('model', '?')}"
+        name = f"{s.get('model', '?')}"
         if s.get("layers"):
-            model += f" ({s['layers']} layers" + (f", {params / 1e6:,.1f} M params)" if params else ")")
+            layers = f"{s['layers']} layers"
+            model = [f"{name} ({layers}, {params / 1e6:,.1f} M params)", f"{name} ({layers})"] if params else \
+                [f"{name} ({layers})"]
+        else:
+            model = [name]
         probes = ",".join(s.get("probes") or [])
-        line1 = " · ".join(x for x in (
-            ("following " if self.mode == "follow" else "") + (st.command or "diagnose"), model,
-            f"seq {s['seq_len']}" if s.get("seq_len") else "", s.get("dtype", ""), s.get("optimizer", ""),
-            f"probes {probes}" if probes else "") if x)
+        line1: list[Field] = [
+            (0, [("following " if self.mode == "follow" else "") + (st.command or "diagnose")]), (0, model),
+            (2, [f"seq {s['seq_len']}" if s.get("seq_len") else ""]), (2, [s.get("dtype", "")]),
+            (4, [s.get("optimizer", ""), ""]), (5, [f"probes {probes}", ""] if probes else [""])]
         mem = env.get("total_memory_bytes")
-        device = f"{env.get('device_kind', '?')}: {env.get('device_name', '?')}" + (
-            f" ({fmt_bytes(mem)})" if mem else "")
-        versions = " ".join(f"{k} {env[k]}" for k in ("torch", "runtime") if env.get(k))
-        line2 = " · ".join(x for x in (device, versions, f"run {st.run_dir}") if x)
+        device = f"{env.get('device_kind', '?')}: {env.get('device_name', '?')}"
+        torch_v, runtime = env.get("torch"), env.get("runtime")
+        versions = [f"torch {torch_v} runtime {runtime}"] if torch_v and runtime else []
+        versions += [f"torch {torch_v}"] if torch_v else [f"runtime {runtime}"] if runtime else []
+        line2: list[Field] = [(0, [f"{device} ({fmt_bytes(mem)})", device] if mem else [device]),
+                              (4, [*versions, ""]), (1, [f"run {st.run_dir}", ""])]
         return [line1, line2]
 
     def _status(self) -> tuple[str, str]:

@@ -109,3 +109,62 @@ def fmt_cell(v: object) -> str:
     if isinstance(v, int):
         return f"{v:,}"
     return str(v)
+
+
+# a field: (rank, forms). Forms run from the fullest to the shortest; "" as the last form means the
+# field may be left out. The highest rank gives way first.
+Field = tuple[int, Sequence[str]]
+
+
+def fit_fields(fields: Sequence[Field], width: int, sep: str = " · ") -> str:
+    """Fields joined by `sep` in `width` cells: while the line is too wide, the field of highest rank
+    takes its next shorter form (or is left out), so a field is shown whole or not at all. The
+    result can still be wider than `width` when even the shortest forms are: `wrap_text` it."""
+    chosen = [0] * len(fields)
+
+    def line() -> str:
+        return sep.join(t for (_, forms), i in zip(fields, chosen) if (t := forms[i]))
+
+    order = sorted(range(len(fields)), key=lambda k: -fields[k][0])  # stable: later fields first on ties
+    for k in order:
+        forms = fields[k][1]
+        while len(line()) > width and chosen[k] < len(forms) - 1:
+            chosen[k] += 1
+        if len(line()) <= width:
+            break
+    for k in reversed(order):  # give back what a later cut made room for, the lowest rank first
+        while chosen[k] > 0:
+            chosen[k] -= 1
+            if len(line()) > width:
+                chosen[k] += 1
+                break
+    return line()
+
+
+def wrap_text(text: str, width: int) -> list[str]:
+    """`text` over lines of at most `width` cells, broken between words; a word longer than a line
+    (a path, a variant name) is broken after '/', ':' or '-', and only at the last resort inside."""
+    import re
+    import textwrap
+    if width <= 0:
+        return [text]
+    out: list[str] = []
+    for line in textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) or [""]:
+        if len(line) <= width:
+            out.append(line)
+            continue
+        cur = ""
+        for part in [p for p in re.split(r"(?<=[/:-])|(?<= )", line) if p]:
+            while len(part) > width:  # one piece longer than a line: no place to break it but inside
+                if cur:
+                    out.append(cur.rstrip())
+                    cur = ""
+                out.append(part[:width])
+                part = part[width:]
+            if len(cur) + len(part) > width:
+                out.append(cur.rstrip())
+                cur = ""
+            cur += part
+        if cur:
+            out.append(cur.rstrip())
+    return out

@@ -13,7 +13,7 @@ from textual.widgets.option_list import Option
 
 from gcdoctor.types import SEVERITIES, Evidence
 from gcdoctor.tui.gauges import GaugeRow
-from gcdoctor.tui.render import bar, fmt_cell, fmt_ms, fmt_seconds, sparkline
+from gcdoctor.tui.render import Field, bar, fit_fields, fmt_cell, fmt_ms, fmt_seconds, sparkline, wrap_text
 from gcdoctor.tui.state import DashboardState, LogLine, VerdictEntry
 
 SEVERITY_STYLE = {s.name: s.style for s in SEVERITIES}
@@ -68,25 +68,40 @@ class GaugePanel(Widget):
 
 
 class HeaderBar(Widget):
-    """What is measured, on what: the device, the model and the settings."""
+    """What is measured, on what: the device, the model and the settings. Each line is a list of
+    fields; where a line does not fit, whole fields are left out (see `fit_fields`), and a single
+    field wider than the screen wraps."""
 
     DEFAULT_CSS = "HeaderBar { height: auto; padding: 0 1; background: $panel; }"
 
-    def __init__(self, state: DashboardState, lines: Callable[[], list[str]], **kw: Any) -> None:
+    def __init__(self, state: DashboardState, lines: Callable[[], list[list[Field]]], **kw: Any) -> None:
         super().__init__(**kw)
         self.state = state
         self.lines = lines
 
-    def render(self) -> Content:
-        width = max(10, self.content_size.width or 80)
+    def text_lines(self, width: int) -> list[str]:
+        """The header's lines in `width` cells, the brand included."""
         lines = self.lines()
-        first = Content.assemble(("gcdoctor ", "bold $text-primary"), _fit(lines[0], width - 9))
-        rest = [Content(_fit(x, width)) for x in lines[1:]]
-        return Content("\n").join([first, *rest])
+        brand = "gcdoctor "
+        first = wrap_text(fit_fields(lines[0], width - len(brand)), width - len(brand)) if lines else [""]
+        out = [brand + first[0]] + [" " * len(brand) + x for x in first[1:]]
+        for fields in lines[1:]:
+            out += wrap_text(fit_fields(fields, width), width)
+        return out
+
+    def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
+        return len(self.text_lines(max(10, width)))
+
+    def render(self) -> Content:
+        lines = self.text_lines(max(10, self.content_size.width or 80))
+        brand = "gcdoctor "
+        first = Content.assemble((brand, "bold $text-primary"), lines[0][len(brand):])
+        return Content("\n").join([first, *[Content(x) for x in lines[1:]]])
 
 
 class StatusBar(Widget):
-    """One line: running / stopping / where the report is."""
+    """One line: running / stopping / where the report is. Too narrow a line leaves out the key hint,
+    then its last fields, whole."""
 
     DEFAULT_CSS = "StatusBar { height: 1; padding: 0 1; background: $boost; }"
 
@@ -97,11 +112,18 @@ class StatusBar(Widget):
 
     def render(self) -> Content:
         text, style = self.text()
-        return Content.assemble((_fit(text, max(10, self.content_size.width or 80)), style))
+        width = max(10, self.content_size.width or 80)
+        if len(text) > width:  # the key hint goes first (the footer has it), then trailing fields, whole
+            text = text.split(" — ")[0]
+        while len(text) > width and " · " in text:
+            text = text.rsplit(" · ", 1)[0]
+        return Content.assemble((_fit(text, width), style))  # cut only a single path wider than the screen
 
 
 class ProbePanel(Widget):
-    """The probe in progress: variant, batch, step, a progress bar and the time left."""
+    """The probe in progress: variant, batch, step, a progress bar and the time left. On a narrow
+    panel the least needed fields (the description, the message, the points done) are left out
+    whole, and a long variant name or path wraps."""
 
     DEFAULT_CSS = "ProbePanel { height: auto; }"
 
@@ -117,47 +139,66 @@ class ProbePanel(Widget):
             if st.finished is not None:
                 fired = sum(1 for e in st.verdicts.values() if e.verdict.get("status") == "fired")
                 head = "stopped" if st.finished.interrupted else "finished"
-                lines = [Content.assemble((head, "bold"), f": {plural(len(st.rows), 'measurement')}, "
-                                                          f"{plural(fired, 'finding')}")]
+                text = wrap_text(f"{head}: {plural(len(st.rows), 'measurement')}, {plural(fired, 'finding')}", width)
+                lines = [Content.assemble((head, "bold"), text[0][len(head):])] + [Content(x) for x in text[1:]]
                 for f in st.probes_finished:
                     mark, style = ("✔", "$text-success") if f.ok else ("✖", "$text-error")
                     secs = f" in {fmt_seconds(f.seconds)}" if f.seconds is not None else ""
-                    lines.append(Content.assemble((mark, style), _fit(f" {f.probe}{secs}"
-                                                                      f"{'' if f.ok else ': ' + str(f.error)}", width - 1)))
+                    text = wrap_text(f"{f.probe}{secs}{'' if f.ok else ': ' + str(f.error)}", width - 2)
+                    lines.append(Content.assemble((mark, style), " " + text[0]))
+                    lines += [Content("  " + x) for x in text[1:]]
                 where = st.finished.report_path or st.finished.run_dir
-                lines.append(Content.styled(_fit(f"report: {where}", width), "dim"))
+                lines += [Content.styled(x, "dim") for x in wrap_text(f"report: {where}", width)]
             elif st.run_dir is None:
                 lines = [Content.styled("waiting for the run to start…", "dim")]
             else:
                 done = [f.probe for f in st.probes_finished]
-                lines = [Content.styled("between probes" + (f" (done: {', '.join(done)})" if done else "…"), "dim")]
+                between = "between probes" + (f" (done: {', '.join(done)})" if done else "…")
+                lines = [Content.styled(x, "dim") for x in wrap_text(between, width)]
             return Content("\n").join(lines)
         pos = st.probe_position()
         title = p.name + (f"  probe {pos[0]}/{pos[1]}" if pos else "")
-        lines = [Content.assemble((title, "bold"), (_fit(f"  {p.description}", width - len(title)), "dim"))]
-        what = " · ".join(x for x in (p.variant, f"batch {p.batch_size}" if p.batch_size else "", p.message) if x)
-        lines.append(Content(_fit(what or "preparing…", width)))
+        if len(title) > width:
+            title = p.name
+        desc = f"  {p.description}" if p.description and len(title) + 2 + len(p.description) <= width else ""
+        ranked: list[tuple[int, Content]] = [(0, Content.assemble((title, "bold"), (desc, "dim")))]  # (rank, line)
+        if p.description and not desc:  # under the title, wrapped, where the panel has the rows
+            ranked += [(4, Content.styled(x, "dim")) for x in wrap_text(p.description, width)]
+        batch: list[Field] = [(0, [f"batch {p.batch_size}" if p.batch_size else ""]), (2, [p.message, ""])]
+        what = fit_fields([(0, [p.variant]), *batch], width)
+        if len(what) > width:  # a long variant name: on its own line(s), the batch under it
+            what = "\n".join([*wrap_text(p.variant, width), fit_fields(batch, width)]).strip()
+        ranked += [(0, Content(x)) for x in (what or "preparing…").split("\n")]
         n = len(p.point_steps_ms)
         if n:
             total = f"/{p.steps_per_point}" if p.steps_per_point else ""
-            lines.append(Content(_fit(f"step {n}{total} ({p.phase}) · {fmt_ms(p.step_ms())} per step", width)))
+            step = [f"step {n}{total} ({p.phase})", f"step {n}{total}"] if p.phase else [f"step {n}{total}"]
+            ranked.append((2, Content(fit_fields([(0, step), (1, [f"{fmt_ms(p.step_ms())} per step", ""])], width))))
         else:
-            lines.append(Content.styled("building the model and the first step…", "dim"))
+            ranked += [(2, Content.styled(x, "dim")) for x in wrap_text("building the model and the first step…", width)]
         frac = p.plan_fraction()
         scope = "of the plan" if frac is not None else "of this point"
         frac = frac if frac is not None else p.point_fraction()
         pct = f" {100 * frac:3.0f}% {scope}" if frac is not None else " searching"
+        if frac is not None and len(pct) + 4 > width:
+            pct = f" {100 * frac:3.0f}%"
         bar_w = max(4, width - len(pct))
-        lines.append(Content.assemble((bar(frac, bar_w), "$text-primary"), pct))
+        ranked.append((1, Content.assemble((bar(frac, bar_w), "$text-primary"), pct)))
         eta_point, eta_plan = p.point_eta_s(), p.plan_eta_s()
         if eta_plan is not None:
-            eta = f"≈ {fmt_seconds(eta_plan)} left in this probe"
+            eta: list[Field] = [(0, [f"≈ {fmt_seconds(eta_plan)} left in this probe", f"≈ {fmt_seconds(eta_plan)} left"])]
         elif eta_point is not None:
-            eta = f"≈ {fmt_seconds(eta_point)} left in this point · {p.points_done} points done"
+            eta = [(0, [f"≈ {fmt_seconds(eta_point)} left in this point", f"≈ {fmt_seconds(eta_point)} left"]),
+                   (1, [f"{p.points_done} points done", ""])]
         else:
-            eta = f"{p.points_done} points done"
-        lines.append(Content.styled(_fit(eta, width), "dim"))
-        return Content("\n").join(lines)
+            eta = [(0, [f"{p.points_done} points done"])]
+        ranked.append((3, Content.styled(fit_fields(eta, width), "dim")))
+        # more lines than the panel has rows (a wrapped name or description): the least needed give way
+        rows = self.content_size.height
+        while rows and len(ranked) > rows and max(r for r, _ in ranked) > 0:
+            top = max(r for r, _ in ranked)
+            ranked = [x for x in ranked if x[0] != top]  # a wrapped text goes whole, never a part of it
+        return Content("\n").join([c for _, c in ranked])
 
 
 TABLE_COLUMNS = [("variant", "variant"), ("batch", "batch"), ("step_ms", "step ms"),
@@ -259,7 +300,9 @@ class VerdictList(OptionList):
                 style = "bold" if row.title else BOTTOM_STYLE.get(row.mark, "")
                 self.add_option(Option(Content.styled(row.render(width), style), disabled=key is None))
             self.keys.append(("", "sep"))
-            self.add_option(Option(Content.styled("─ every verdict: yours, then the experiments' ─", "dim"), disabled=True))
+            rule = "─ every verdict: yours, then the experiments' ─"
+            self.add_option(Option(Content.styled(rule if len(rule) <= width else "─ every verdict ─", "dim"),
+                                   disabled=True))
         self.keys += [e.key for e in entries]
         self.add_options([Option(verdict_prompt(e), id=f"{e.key[0]}|{e.key[1]}") for e in entries])
         if not entries and self.state.finished is None:
@@ -286,7 +329,7 @@ class VerdictList(OptionList):
         w = self.scrollable_content_region.width or self.content_size.width
         if not w:
             w = (self.app.size.width or 80) - 6
-        return max(30, min(80, w - 3))  # the option's own padding and the scrollbar
+        return max(20, min(80, w - 3))  # the option's own padding and the scrollbar
 
     def on_resize(self) -> None:
         if self.state.finished is not None:
