@@ -16,6 +16,8 @@ batches with the same training step and returning its measurements as JSON:
 
 Each point is one warm-up step (the optimizer states) and `STEPS` measured ones: enough to meet
 the second step's layout and give a tokens/s, little enough to keep the probe to a few processes.
+In the expandable process, the points after the first only answer fit or OOM: the warm-up and one
+timed step each (the second step's layout is met; docs/benchmarks.md has the measurement).
 The worker builds its model without the random initialisation (WORK.json "init", default
 "fast": models.build_model), since its steps measure memory and time, not learning; it records
 its own start-up and build seconds (PhaseTimed events in its events.jsonl).
@@ -251,10 +253,10 @@ def worker(work_path: str) -> int:
         from gcdoctor.probes.policies import recipe_step_factory
         forward = recipe_step_factory(model, work, session.backend)
 
-        def measure(batch: int) -> Measurement:
+        def measure(batch: int, steps: int | None = None) -> Measurement:
             m = ctx.measure("allocator", variant, lambda: TrainingStep(
                 model, session.backend, batch, ctx.seq_len, work.get("optimizer") or cfg.optimizer, cfg.seed,
-                forward=forward), batch)
+                forward=forward), batch, steps=steps)
             measured.append(m)
             return m
 
@@ -268,7 +270,10 @@ def worker(work_path: str) -> int:
                 b = b + 1 if going_up else b - 1
                 if b > high or b < max(low, 1):
                     break
-                fits = measure(b).fits
+                # past the first point only fit or OOM is asked: the warm-up and one timed step (the
+                # second step, the first with the optimizer states beside the activations: its peak is
+                # the one every later step repeats; a lone first step is below it)
+                fits = measure(b, steps=1).fits
                 if fits != going_up:
                     break
     non_alloc = getattr(session.backend, "non_allocator_bytes", None)

@@ -227,9 +227,12 @@ class GranularityProbe:
                  spec: Any = None, throughput: tuple[int, float] | None = None) -> GranularityVariant:
         key = f"{self.name}/{group.name}/{variant}"
         profile = ctx.config.profile and (ctx.backend.kind != "cpu" or (group.name, variant) in CPU_PROFILED)
+        base = next((v for v in group.variants if v.variant == baseline and v.step_ms), None)
         m = ctx.measure(self.name, f"{group.name}/{variant}", make_step, group.batch_size, spec=spec,
                         warmup=ctx.facts.granularity.warmup_steps, steps=steps, profile_key=key if profile else None,
-                        throughput=throughput)
+                        throughput=throughput, compare_with=(base.variant, base.step_ms) if base is not None else None)
+        if m.timed_once:
+            ctx.facts.granularity.notes.append(f"{group.name}/{variant} {m.timed_once}")
         row = GranularityVariant(group=group.name, variant=variant, description=description,
                                  baseline_variant=baseline, measurement=m)
         if census.counted is not None:

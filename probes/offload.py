@@ -157,8 +157,12 @@ class OffloadProbe:
         steps = ctx.facts.offload.measure_steps
         row.host_rss_before_bytes = _rss()
         profile = ctx.backend.kind != "cpu" or row.variant in CPU_PROFILED
+        ref = ctx.facts.offload.get(REFERENCE)
+        base = (REFERENCE, ref.step_ms) if ref is not None and ref.ran and row.variant != REFERENCE else None
         m = ctx.measure(self.name, row.variant, make_step, cfg.probe_batch, spec=spec, steps=steps,
-                        profile_key=f"{self.name}/{row.variant}" if profile else None)
+                        profile_key=f"{self.name}/{row.variant}" if profile else None, compare_with=base)
+        if m.timed_once:
+            row.notes.append(m.timed_once)
         row.host_rss_after_bytes = _rss()
         return m
 

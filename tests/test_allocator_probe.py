@@ -28,12 +28,15 @@ def test_the_worker_measures_in_a_fresh_process_and_answers_in_json(micro_llama,
     work = tmp_path / "w" / "work.json"
     work.parent.mkdir()
     cfg = _config(micro_llama, tmp_path / "w", memory_limit_bytes=limit).to_dict()
+    cfg["measure_steps"] = 2
     work.write_text(json.dumps({"config": cfg, "variant": "no_gc", "batches": [2], "mode": "boundary",
                                 "low": 1, "high": 16, "max_trials": 4}))
     result = run_worker(work, dict(os.environ))
     assert isinstance(result, dict), result
     got = [(m["batch_size"], m["fits"]) for m in result["measurements"]]
     assert got == [(2, True), (3, True), (4, False)]  # up from 2 while it fits
+    # the first point is timed as configured; the later ones only say fit or OOM: warm-up + one step
+    assert [len(m["step_ms"]) for m in result["measurements"][:2]] == [2, 1]
     assert result["measurements"][2]["oom"]["kind"] == "capacity"
     assert (tmp_path / "w" / "run" / "events.jsonl").is_file()  # its own run directory, beside WORK.json
 
@@ -74,3 +77,25 @@ def test_the_probe_checks_the_sweeps_boundary_fresh_and_searches_expandable_segm
     assert (expandable.largest_batch, expandable.first_oom_batch, expandable.exact) == (3, 4, True)
     assert al.runs[1].alloc_conf == "expandable_segments:True"
     assert all((s.rundir.path / r.run_dir / "result.json").is_file() for r in al.runs)
+
+
+@pytest.mark.parametrize("variant", ["no_gc", "gc"])
+def test_the_second_step_sets_the_peak_every_later_step_repeats(micro_llama, tmp_path, variant):
+    """Why a fit-or-OOM point runs two steps, not one: the first step's forward and backward run
+    before the optimizer states exist, so its peak can be below the second's (never above); from
+    the second on, the peak is the same byte for byte (the CPU allocator's counter)."""
+    from gcdoctor.run.capture import TrainingStep, enable_layer_checkpointing
+    s = Session(_config(micro_llama, tmp_path / "r"))
+    ctx = ProbeContext(s)
+    with s.backend.tracking():
+        model = ctx.build_model(init="fast")
+        s.backend.track([*model.parameters(), *model.buffers()])
+        if variant == "gc":
+            enable_layer_checkpointing(model)
+        step = TrainingStep(model, s.backend, 4, 32)
+        peaks = [step.run().peak_allocated_bytes for _ in range(4)]
+        step.release()
+    assert peaks[1] == peaks[2] == peaks[3]
+    # with checkpointing, the activations are small here and the first step's optimizer phase (the
+    # states created) can be its peak too: the same bytes; without it, the second step is above
+    assert peaks[0] < peaks[1] if variant == "no_gc" else peaks[0] <= peaks[1]

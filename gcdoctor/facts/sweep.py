@@ -66,6 +66,9 @@ class Measurement:
     losses: list[float] = field(default_factory=list)
     predicted_peak_bytes: int | None = None
     telemetry: dict[str, SeriesSummary] = field(default_factory=dict)
+    # set when the variant was timed once instead of N times: its first timed step was at least
+    # PATHOLOGICAL_RATIO times its baseline variant's median step (why, in words)
+    timed_once: str | None = None
 
     @property
     def model_state_bytes(self) -> int | None:

@@ -66,8 +66,11 @@ class ConsolePrinter:
             elif isinstance(ev, MeasurementRecorded):
                 r = ev.row
                 if r.get("fits", True):
-                    rest = ", ".join(f"{k} {v}" for k, v in r.items() if k not in ("variant", "batch", "fits", "oom_phase")
+                    rest = ", ".join(f"{k} {v}" for k, v in r.items()
+                                     if k not in ("variant", "batch", "fits", "oom_phase", "timed_once")
                                      and v is not None)
+                    if r.get("timed_once"):
+                        rest += f", timed once ({r['timed_once']})"
                     self._line(f"  {r.get('variant')} batch {r.get('batch')}: {rest}")
                 else:
                     self._line(f"  {r.get('variant')} batch {r.get('batch')}: out of memory in {r.get('oom_phase')}")

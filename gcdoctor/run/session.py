@@ -6,6 +6,7 @@ It never decides whether a number is good (rules do) and never prints (front end
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -31,6 +32,8 @@ from gcdoctor.facts import Facts, Measurement, ModelInfo, ProfilerOverhead, RunS
 from gcdoctor.run.rundir import RunDirectory, default_run_dir
 
 GPU_SEQ_LEN, CPU_SEQ_LEN = 4096, 128
+# a variant whose first timed step is this many times its baseline variant's is timed once (measure)
+PATHOLOGICAL_RATIO = 3.0
 GPU_PROBE_LAYERS = 4  # many-variant probes on a GPU: per-layer effects repeat, so 4 layers suffice
 
 
@@ -119,12 +122,17 @@ class ProbeContext:
     def measure(self, probe: str, variant: str, make_step: Callable[[], TrainingStep], batch_size: int,
                 spec: models.ModelSpec | None = None, warmup: int | None = None, steps: int | None = None,
                 profile_key: str | None = None, search: bool = False,
-                throughput: tuple[int, float] | None = None) -> Measurement:
+                throughput: tuple[int, float] | None = None,
+                compare_with: tuple[str, float | None] | None = None) -> Measurement:
         """Warm up, then time `steps` synchronised steps; OOM is a result, not a crash.
 
         After an OOM everything the step allocated is freed and the allocator is checked to be
         back at its baseline before the next measurement. `throughput` (tokens, FLOPs per step) is for
         workloads that are not the language model (the synthetic blocks): their tokens/s and MFU.
+        `compare_with` (name, median step ms) is the baseline variant this one is compared with: a first timed step
+        at least PATHOLOGICAL_RATIO times slower is the only one timed (Measurement.timed_once says so);
+        more steps would only confirm a verdict that is already clear. Not on several ranks, which must
+        run the same number of steps.
         """
         cfg, b = self.config, self.backend
         spec = spec or self.spec
@@ -149,6 +157,10 @@ class ProbeContext:
                 self.bus.emit(StepMeasured(probe, variant, batch_size, i, rec.step_ms,
                                            "warmup" if is_warm else ("search" if search else "measure"),
                                            rec.loss, rec.peak_allocated_bytes))
+                if i == warmup and steps > 1:
+                    m.timed_once = self._pathological(rec.step_ms, compare_with, steps)
+                    if m.timed_once:
+                        break
             if hasattr(step, "state_bytes"):  # a sharded step: this rank's shards
                 m.param_bytes, m.grad_bytes, m.optimizer_state_bytes = step.state_bytes()
             else:
@@ -196,6 +208,17 @@ class ProbeContext:
                 m.optimizer_state_bytes, dict(m.telemetry), profile_key is not None))
         self.bus.emit(MeasurementRecorded(probe, measurement_row(m)))
         return m
+
+    def _pathological(self, step_ms: float | None, compare_with: tuple[str, float | None] | None,
+                      steps: int) -> str | None:
+        """Why the rest of the timed steps are skipped, or None to time them all."""
+        if compare_with is None or self.dist is not None or step_ms is None:
+            return None
+        name, base_ms = compare_with
+        if not base_ms or base_ms <= 0 or step_ms < PATHOLOGICAL_RATIO * base_ms:
+            return None
+        return (f"timed once, not {steps} times: its first timed step ({step_ms:.1f} ms) was "
+                f"{step_ms / base_ms:.1f}x {name}'s ({base_ms:.1f} ms)")
 
     def _fill(self, m: Measurement, records: list[StepRecord], spec: models.ModelSpec,
               throughput: tuple[int, float] | None = None) -> None:
@@ -281,6 +304,12 @@ class ProbeContext:
             self.facts.distributed.comm.append(comm_metrics(tables, key, self.dist.rank, self.dist.relative(path)))
 
 
+def _short_timed_once(note: str) -> str:
+    """"4.2x gc's step" out of Measurement.timed_once's sentence (the console line's form)."""
+    found = re.search(r" was (\S+x .+?)'s \(", note)
+    return f"{found.group(1)}'s step" if found else "slow"
+
+
 def measurement_row(m: Measurement) -> dict[str, Any]:
     """The compact row shown live (TUI table, console)."""
     gib = 1 / 2**30
@@ -291,6 +320,7 @@ def measurement_row(m: Measurement) -> dict[str, Any]:
         "tokens_per_s": None if m.tokens_per_s is None else round(m.tokens_per_s),
         "mfu_pct": None if m.mfu is None else round(100 * m.mfu, 1),
         "oom_phase": m.oom_phase,
+        "timed_once": None if m.timed_once is None else _short_timed_once(m.timed_once),
     }
 
 
