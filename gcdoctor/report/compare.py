@@ -50,13 +50,15 @@ def _thresholds(config: dict[str, Any]) -> dict[str, dict[str, float]]:
 
 def load_run(path: str | Path) -> Run:
     """A recorded run directory: facts.json (required) and config.json (optional, its thresholds)."""
+    from gcdoctor.recorded import FACTS_NAME, MISSING, RUN, TRACE, kind_of
     p = Path(path)
-    if not p.exists():
+    kind = kind_of(p)
+    if kind == MISSING:
         raise UserError(f"{p}: no such run directory")
-    if not p.is_dir():
+    if kind == TRACE or not p.is_dir():
         raise UserError(f"{p}: not a gcdoctor run directory (a file; compare takes two run directories)")
-    fp = p / "facts.json"
-    if not fp.is_file():
+    fp = p / FACTS_NAME
+    if kind != RUN:
         raise UserError(f"{p}: not a gcdoctor run directory (no facts.json)")
     try:
         facts = Facts.load(fp)

@@ -8,26 +8,13 @@ view: who waits for whom).
 """
 from __future__ import annotations
 
-import re
 import statistics
 from pathlib import Path
 
 from gcdoctor.errors import UserError
 from gcdoctor.facts import Facts
 from gcdoctor.facts.watch import STEP_PARTS, RankSummary
-
-_RANK_DIR = re.compile(r"^rank-(\d+)$")
-
-
-def rank_dirs(path: str | Path) -> dict[int, Path]:
-    """{rank: run directory} of the rank-<r> folders under `path` that hold a facts.json."""
-    out = {}
-    for p in Path(path).iterdir() if Path(path).is_dir() else ():
-        m = _RANK_DIR.match(p.name)
-        if m and (p / "facts.json").is_file():
-            out[int(m.group(1))] = p
-    return dict(sorted(out.items()))
-
+from gcdoctor.recorded import FACTS_NAME, rank_dirs
 
 def rank_summary(rank: int, run_dir: str, facts: Facts) -> RankSummary:
     w = facts.watch
@@ -45,7 +32,7 @@ def merge_ranks(path: str | Path) -> Facts:
     loaded = {}
     for r, d in dirs.items():
         try:
-            loaded[r] = Facts.load(d / "facts.json")
+            loaded[r] = Facts.load(d / FACTS_NAME)
         except (ValueError, TypeError, KeyError) as exc:
             raise UserError(f"{d / 'facts.json'}: not a valid gcdoctor facts file ({exc})") from None
         if loaded[r].watch is None:
