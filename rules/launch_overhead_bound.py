@@ -1,7 +1,7 @@
 """GC010 launch-overhead-bound granularity."""
 from __future__ import annotations
 
-from gcdoctor.types import CONFIGURATION, EXPERIMENT, SEVERITY_ORDER, Evidence, Rule, Verdict
+from gcdoctor.types import CONFIGURATION, EXPERIMENT, Evidence, Rule, Verdict, severity_rank
 from gcdoctor.facts import Facts
 from gcdoctor.facts.granularity import GranularityGroup, GranularityVariant, LaunchCost
 from gcdoctor.facts.trace import TraceKey, judged_window, trace_window
@@ -313,7 +313,7 @@ def _one_finding_per_kind(out: list[Verdict]) -> list[Verdict]:
     """Device findings (Verdict.line) are lessons about the device, not about one variant: keep the line
     of the most severe verdict of each kind (launches, region cost, no saving) and drop the others."""
     seen: set[str] = set()
-    for v in sorted(out, key=lambda v: (SEVERITY_ORDER.get(v.severity, 9), not v.subject.startswith("model/"))):
+    for v in sorted(out, key=lambda v: (severity_rank(v.severity), not v.subject.startswith("model/"))):
         if not v.line:
             continue
         kind = "saving" if v.severity == "info" else v.line.split(" ")[0]  # "kernel" | "each"
