@@ -71,7 +71,7 @@ def open_recorded(path: str | Path) -> Any:
         return facts
     if kind == RANKS:
         from gcdoctor.watching.ranks import merge_ranks
-        return merge_ranks(path)
+        return merge_ranks(path, rank_dirs(path))
     if kind == UNFINISHED:
         from gcdoctor.errors import IncompleteRun
         from gcdoctor.run.rundir import live_owner

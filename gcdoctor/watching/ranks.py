@@ -14,7 +14,6 @@ from pathlib import Path
 from gcdoctor.errors import UserError
 from gcdoctor.facts import Facts
 from gcdoctor.facts.watch import STEP_PARTS, RankSummary
-from gcdoctor.recorded import FACTS_NAME, rank_dirs
 
 def rank_summary(rank: int, run_dir: str, facts: Facts) -> RankSummary:
     w = facts.watch
@@ -23,16 +22,16 @@ def rank_summary(rank: int, run_dir: str, facts: Facts) -> RankSummary:
                        peak_allocated_bytes=w.peak_allocated_bytes)
 
 
-def merge_ranks(path: str | Path) -> Facts:
-    """The merged facts of a folder of rank directories. Raises UserError when it holds none."""
-    dirs = rank_dirs(path)
+def merge_ranks(path: str | Path, dirs: dict[int, Path]) -> Facts:
+    """The merged facts of a folder of rank directories (`dirs`: gcdoctor.recorded.rank_dirs).
+    Raises UserError when it holds none."""
     if not dirs:
         raise UserError(f"{path}: not a gcdoctor run directory (no facts.json), nor a distributed one "
                         "(no rank-<r>/facts.json)")
     loaded = {}
     for r, d in dirs.items():
         try:
-            loaded[r] = Facts.load(d / FACTS_NAME)
+            loaded[r] = Facts.load(d / "facts.json")
         except (ValueError, TypeError, KeyError) as exc:
             raise UserError(f"{d / 'facts.json'}: not a valid gcdoctor facts file ({exc})") from None
         if loaded[r].watch is None:
