@@ -370,35 +370,8 @@ def _log_rule_errors(rundir: Any, verdicts: list) -> None:
 
 def load_recorded(path: Path) -> Any:
     """Facts from a run directory (its facts.json) or a profiler trace file; one-line errors."""
-    from gcdoctor.facts import Facts
-    if path.is_dir() and not (path / "facts.json").is_file():
-        from gcdoctor.watching.ranks import rank_dirs
-        if rank_dirs(path):  # a distributed watched run: rank-<r> run directories
-            from gcdoctor.watching.ranks import merge_ranks
-            return merge_ranks(path)
-        from gcdoctor.run.rundir import LOCK_NAME, live_owner
-        if any((path / m).exists() for m in (LOCK_NAME, "events.jsonl", "config.json")):  # a run, not traces
-            from gcdoctor.errors import IncompleteRun
-            owner = live_owner(path)
-            if owner is not None:
-                raise IncompleteRun(f"{path}: a gcdoctor run still starting (pid {owner}): no facts.json yet, "
-                                    "nothing measured to judge; analyze it once it has measured something")
-            raise IncompleteRun(f"{path}: a gcdoctor run directory without facts.json: the run was killed before "
-                                "it measured anything (its gcdoctor.log and events.jsonl say how far it got)")
-        # a folder of per-rank traces (torch's tensorboard_trace_handler, HTA's layout)
-        from gcdoctor.trace.ranks import facts_from_trace_dir
-        return facts_from_trace_dir(path)
-    if path.is_dir():
-        facts = Facts.load(path / "facts.json")
-        from gcdoctor.trace.launch_response import fill_missing_whatif
-        fill_missing_whatif(facts, path)  # a run recorded before the what-if: derived from its own traces
-        return facts
-    if path.exists() and not path.is_file():
-        raise UserError(f"{path}: not a run directory or a trace file")
-    if path.is_file():
-        from gcdoctor.trace import facts_from_trace
-        return facts_from_trace(path)
-    raise UserError(f"{path}: no such file or directory")
+    from gcdoctor.recorded import open_recorded
+    return open_recorded(path)
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -457,10 +430,12 @@ def _same_place(a: Path, b: Path) -> bool:
 def cmd_recipe(args: argparse.Namespace) -> int:
     from gcdoctor.facts import Facts
     from gcdoctor.recipe_code import recipe_of, render
+    from gcdoctor.recorded import RUN, TRACE, kind_of
     path = Path(args.run)
-    if not path.is_dir():
-        raise UserError(f"{path}: not a run directory (give the folder gcdoctor diagnose wrote)")
-    if not (path / "facts.json").is_file():
+    kind = kind_of(path)
+    if kind != RUN:
+        if kind == TRACE or not path.is_dir():
+            raise UserError(f"{path}: not a run directory (give the folder gcdoctor diagnose wrote)")
         raise UserError(f"{path}: no facts.json: not a gcdoctor run directory")
     facts = Facts.load(path / "facts.json")
     recipe = recipe_of(facts)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from gcdoctor.types import EXPERIMENT, Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.granularity import WHATIF_HOST
+from gcdoctor.rules._granularity import TRADEOFF_DEFAULTS, best_tradeoff
 
 
 class LaunchCostHeadroomRule(Rule):
@@ -48,6 +49,8 @@ class LaunchCostHeadroomRule(Rule):
         # load or a slower host CPU adds host time per launch; a variant that breaks even within 2x
         # of the measured cost is one busy host away from host-bound
         "min_headroom": 2.0,
+        # the variant held against the launch cost: the best trade-off, as GC010 names it
+        **TRADEOFF_DEFAULTS,
     }
 
     def check(self, facts: Facts, t: dict[str, float]) -> list[Verdict]:
@@ -65,7 +68,7 @@ class LaunchCostHeadroomRule(Rule):
         emu = g.emulation
         device = (f"the emulated {base:.1f} us (+{emu.target_us:g} us per op)" if emu is not None
                   else f"this device's {base:.1f} us")
-        pick = group.best_tradeoff() or group.get("layer")
+        pick = best_tradeoff(group, t) or group.get("layer")
         ev = [Evidence("launch cost of this run" + (" (emulated)" if emu else ""), base, "us")]
         ev += _rows(g.whatif_launch_us, rows, base)
         if pick is not None and pick.break_even_launch_us is not None:

@@ -1,9 +1,10 @@
 """GC010 launch-overhead-bound granularity."""
 from __future__ import annotations
 
-from gcdoctor.types import CONFIGURATION, EXPERIMENT, SEVERITY_ORDER, Evidence, Rule, Verdict
+from gcdoctor.types import CONFIGURATION, EXPERIMENT, Evidence, Rule, Verdict, severity_rank
 from gcdoctor.facts import Facts
 from gcdoctor.facts.granularity import GranularityGroup, GranularityVariant, LaunchCost
+from gcdoctor.rules._granularity import TRADEOFF_DEFAULTS, best_tradeoff
 from gcdoctor.facts.trace import TraceKey, judged_window, trace_window
 
 MIB = 2**20
@@ -83,6 +84,8 @@ class LaunchOverheadBoundRule(Rule):
         # decoder layer launches tens (forward and recompute), so under ten kernels in the judged
         # window there is no region to judge, only a few stray events
         "min_region_kernels": 10,
+        # the best trade-off named in the verdicts (and by GC011): see rules/_granularity.py
+        **TRADEOFF_DEFAULTS,
         # "saves no memory": below 2% of the activations of the variant without checkpointing,
         # within allocator rounding and transients; a real checkpoint saving is tens of percent
         "min_saving_pct": 2.0,
@@ -112,7 +115,7 @@ class LaunchOverheadBoundRule(Rule):
             if verdict is not None:
                 out.append(verdict)
         if not any(x.status == "fired" and x.severity == "warning" for x in out):
-            best = group.best_tradeoff()
+            best = best_tradeoff(group, t)
             best_text = (f"; best trade-off: {best.variant} (saves {_mib(best.memory_saved_bytes)} MiB of activations, "
                          f"{best.time_added_pct:+.0f}% step time)" if best is not None else "")
             out.append(self.passed(
@@ -146,7 +149,7 @@ class LaunchOverheadBoundRule(Rule):
                                                  ("recomputes nothing", no_recompute)) if on)
             cost = f" ({v.time_added_pct:+.0f}% step time vs none)" if v.time_added_pct is not None else ""
             return self.fired("info", f"{subject} {what}{cost}", ev, memory_note + " " + _region_cost_text(v, lc),
-                              _instead(group, v, refs[0] if refs else v, no_saving), subject=subject,
+                              _instead(group, v, refs[0] if refs else v, no_saving, t), subject=subject,
                               line=f"{v.variant} checkpointing ({v.description.split(',')[0]}) saves nothing "
                                    "here" if no_saving else "")
         return inconclusive
@@ -238,7 +241,7 @@ class LaunchOverheadBoundRule(Rule):
                    f"{lc.region_per_op_us:.0f} us per op inside it, their Python and autograd bookkeeping is "
                    f"{shares[cause] * dt_ms:.1f} ms of the {dt_ms:.1f} ms added. ")
         return self.fired("warning", headline, ev, why + device + (" " + memory_note if memory_note else ""),
-                          _instead(group, v, base, no_saving) + " " + _graphs_text(cause, lc, d_kernels, launch_ms, facts, t),
+                          _instead(group, v, base, no_saving, t) + " " + _graphs_text(cause, lc, d_kernels, launch_ms, facts, t),
                           subject=subject, line=line)
 
     # -- a bare trace -----------------------------------------------------------------------
@@ -313,7 +316,7 @@ def _one_finding_per_kind(out: list[Verdict]) -> list[Verdict]:
     """Device findings (Verdict.line) are lessons about the device, not about one variant: keep the line
     of the most severe verdict of each kind (launches, region cost, no saving) and drop the others."""
     seen: set[str] = set()
-    for v in sorted(out, key=lambda v: (SEVERITY_ORDER.get(v.severity, 9), not v.subject.startswith("model/"))):
+    for v in sorted(out, key=lambda v: (severity_rank(v.severity), not v.subject.startswith("model/"))):
         if not v.line:
             continue
         kind = "saving" if v.severity == "info" else v.line.split(" ")[0]  # "kernel" | "each"
@@ -400,7 +403,8 @@ def _region_cost_text(v: GranularityVariant, lc: LaunchCost | None) -> str:
             f"{lc.region_fixed_us:.0f} us per region plus {lc.region_per_op_us:.0f} us per op inside one.")
 
 
-def _instead(group: GranularityGroup, v: GranularityVariant, base: GranularityVariant, no_saving: bool) -> str:
+def _instead(group: GranularityGroup, v: GranularityVariant, base: GranularityVariant, no_saving: bool,
+             t: dict[str, float]) -> str:
     """Which granularity to use instead, and what it costs in memory."""
     parts = []
     if no_saving:
@@ -418,7 +422,7 @@ def _instead(group: GranularityGroup, v: GranularityVariant, base: GranularityVa
                         f"{_mib(-extra)} MiB less activation memory kept for backward" if extra < 0 else
                         "the same activation memory")
                      + f", {100 * (base.step_ms / v.step_ms - 1):+.0f}% step time.")
-    best = group.best_tradeoff()
+    best = best_tradeoff(group, t)
     if best is not None and best.variant not in (v.variant, base.variant):
         parts.append(f"Best trade-off measured in {group.name}: {best.variant} ({_mib(best.memory_saved_bytes)} MiB "
                      f"saved, {best.time_added_pct:+.0f}% step time).")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from gcdoctor.types import Evidence, Rule
 from gcdoctor.facts import Facts
+from gcdoctor.facts.views import memory_limit_bytes
 from gcdoctor.rules._sweep import gib
 
 OFFLOAD_VARIANT = "deepspeed-zero2-offload+gc"
@@ -46,7 +47,7 @@ class ModelStatesDominateRule(Rule):
     def check(self, facts: Facts, t: dict[str, float]):
         sweep, mm = facts.sweep, facts.memory_model
         m = next((m for m in (sweep.measurements if sweep else []) if m.fits and m.model_state_bytes is not None), None)
-        limit = facts.settings.memory_limit_bytes
+        limit = memory_limit_bytes(facts)
         total = limit or facts.environment.total_memory_bytes or (mm.capacity_bytes if mm else None)
         if not total:
             return self.inconclusive("the device's memory size is unknown (on the CPU, give --memory-limit)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gcdoctor.units import cost_words
-from gcdoctor.types import CONFIGURATION, EXPERIMENT, SEVERITY_ORDER, Evidence, Rule, Verdict
+from gcdoctor.types import CONFIGURATION, EXPERIMENT, Evidence, Rule, Verdict, severity_rank
 from gcdoctor.facts import Facts
 from gcdoctor.facts.offload import OffloadVariant, read_copies, stall_shares
 from gcdoctor.rules._offload import CpuLoad, link_peak, ms, pct, steps_in
@@ -317,7 +317,7 @@ def _device_finding(fired: list[Verdict], readings: list[StallReading]) -> None:
             "forces it")
     if cheap:
         line += f"; {cheap[0]} {cost_words(costs[cheap[0]])}"
-    min(fired, key=lambda v: SEVERITY_ORDER.get(v.severity, 9)).line = line
+    min(fired, key=lambda v: severity_rank(v.severity)).line = line
 
 
 def _explain(cause: str, r: StallReading) -> str:

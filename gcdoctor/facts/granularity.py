@@ -10,15 +10,6 @@ from typing import Any
 
 from gcdoctor.facts.sweep import Measurement
 
-# The "best trade-off" only considers variants that save at least this share of the activation
-# memory of the variant without checkpointing: a saving smaller than this is within what the
-# allocator's rounding and transient buffers move between runs, and buys no batch size.
-BEST_MIN_SAVING_PCT = 10.0
-# Time added below this is counted as this much when dividing memory saved by time added, so a
-# variant that is (nearly) free does not win by dividing by noise; ties then go to the larger saving.
-BEST_MIN_TIME_ADDED_PCT = 1.0
-
-
 @dataclass
 class RegionTiming:
     """One tiny region, forward + backward, with and without checkpoint(use_reentrant=False)."""
@@ -230,22 +221,6 @@ class GranularityGroup:
 
     def get(self, variant: str) -> GranularityVariant | None:
         return next((v for v in self.variants if v.variant == variant), None)
-
-    def best_tradeoff(self, min_saving_pct: float = BEST_MIN_SAVING_PCT,
-                      min_time_pct: float = BEST_MIN_TIME_ADDED_PCT) -> GranularityVariant | None:
-        """The checkpointing variant with the most activation memory saved per percent of step time
-        added, among those saving at least `min_saving_pct` of the activations; time added below
-        `min_time_pct` counts as `min_time_pct`. None when no variant qualifies."""
-        best, best_key = None, None
-        for v in self.variants:
-            if v.variant == "none" or not v.fits or v.memory_saved_pct is None or v.time_added_pct is None:
-                continue
-            if v.memory_saved_pct < min_saving_pct or v.memory_saved_bytes is None:
-                continue
-            key = (v.memory_saved_bytes / max(v.time_added_pct, min_time_pct), v.memory_saved_bytes)
-            if best_key is None or key > best_key:
-                best, best_key = v, key
-        return best
 
 
 @dataclass

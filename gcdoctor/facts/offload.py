@@ -115,19 +115,16 @@ class CheckpointOffloadCheck:
 
     Three independent readings, each per step: the device-to-host bytes in the trace, DeepSpeed's
     own offload counters, and the device memory held after the forward compared with layer
-    checkpointing on the device. `verified` is True when the trace (or, without a trace, the
-    counters) shows at least `min_ratio` of the expected bytes going to the host; None when it
-    could not be checked, with the reason in `detail`.
+    checkpointing on the device. GC020 judges them (`min_offloaded_ratio`); `detail` says what the
+    deciding reading showed, or why there was none.
     """
 
-    verified: bool | None = None
     method: str = ""  # which reading decided
     detail: str = ""
     layer_input_bytes: int | None = None  # one checkpoint: batch x seq x hidden x dtype bytes
     n_checkpoints: int | None = None  # checkpointed layers per step
     kept_on_device: int | None = None  # newest checkpoints DeepSpeed keeps on the device
     expected_offload_bytes_per_step: int | None = None
-    min_ratio: float = 0.9
     trace_d2h_bytes_per_step: float | None = None
     trace_h2d_bytes_per_step: float | None = None
     ds_offloaded_bytes_per_step: float | None = None

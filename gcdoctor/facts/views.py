@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING, Any
+
 from gcdoctor.facts.sweep import Measurement, SweepFacts
+
+if TYPE_CHECKING:
+    from gcdoctor.facts import Facts
 
 
 def change_pct(new: float | int | None, base: float | int | None) -> float | None:
@@ -13,6 +18,15 @@ def change_pct(new: float | int | None, base: float | int | None) -> float | Non
     if new is None or not base:
         return None
     return 100.0 * (new / base - 1.0)
+
+
+def memory_limit_bytes(facts: Facts, config: dict[str, Any] | None = None) -> int | None:
+    """The --memory-limit in force (bytes): the run's settings, else its config.json (`config`, for
+    runs recorded before the settings held it); None when no limit was given."""
+    lim = facts.settings.memory_limit_bytes
+    if not lim and isinstance(config, dict):
+        lim = config.get("memory_limit_bytes")
+    return lim if isinstance(lim, int) and not isinstance(lim, bool) and lim > 0 else None
 
 
 def spread_pct(times: list[float]) -> float:

@@ -17,7 +17,7 @@ import re
 import textwrap
 from dataclasses import dataclass
 
-from gcdoctor.types import CONFIGURATION, EXPERIMENT, SEVERITY_ORDER, Verdict
+from gcdoctor.types import CONFIGURATION, EXPERIMENT, Verdict, verdict_order
 from gcdoctor.facts import Facts
 from gcdoctor.report.format import term_safe
 
@@ -64,40 +64,41 @@ def _text(v: Verdict) -> str:
     return v.line or v.headline
 
 
+def run_title(what: str, device: str | None, layers: int | None = None, layers_full: int | None = None,
+              seq_len: int | None = None, dtype: str | None = None, optimizer: str | None = None) -> str:
+    """The run's title, one wording for every front end: 'llama3-8b (2 of 32 layers) on NVIDIA
+    H200, seq 4096, bf16, AdamW'; the parts not given are left out."""
+    if layers and layers_full and layers < layers_full:
+        what += f" ({layers} of {layers_full} layers)"
+    parts = [f"{what} on {device or 'an unknown device'}"]
+    if seq_len:
+        parts.append(f"seq {seq_len}")
+    if dtype:
+        parts.append(str(dtype))
+    if optimizer:
+        parts.append({"adamw": "AdamW", "sgd": "SGD"}.get(optimizer, str(optimizer)))
+    return ", ".join(parts)
+
+
 def title_of(facts: Facts) -> str:
     """'llama3-8b on NVIDIA H200, seq 4096, bf16, AdamW' from what the facts hold (nothing invented)."""
     m, e, st = facts.model, facts.environment, facts.settings
     what = m.name if m is not None and m.name else ("your trace" if st.command == "analyze" else "the run")
-    if m is not None and m.n_layers and m.n_layers_full and m.n_layers < m.n_layers_full:
-        what += f" ({m.n_layers} of {m.n_layers_full} layers)"
     device = e.device_name or e.device_kind or 'an unknown device'
     d = facts.distributed
     if d is not None:  # a sharded run: every rank's device
         device = f"{d.world_size}x {device} { {'zero3': 'ZeRO-3'}.get(d.strategy, d.strategy.upper())}"
-    parts = [f"{what} on {device}"]
-    if m is not None and st.seq_len:
-        parts.append(f"seq {st.seq_len}")
-    if m is not None and st.dtype:
-        parts.append(st.dtype)
-    if m is not None and st.optimizer:
-        parts.append({"adamw": "AdamW", "sgd": "SGD"}.get(st.optimizer, st.optimizer))
-    return ", ".join(parts)
+    if m is None:
+        return run_title(what, device)
+    return run_title(what, device, m.n_layers, m.n_layers_full, st.seq_len, st.dtype, st.optimizer)
 
 
 def title_from_settings(settings: dict, environment: dict) -> str:
     """The same title from a RunStarted event's settings and environment (the TUI has no Facts)."""
-    model = settings.get("model") or "the run"
-    layers, full = settings.get("layers"), settings.get("layers_full")
-    if layers and full and layers < full:
-        model += f" ({layers} of {full} layers)"
-    parts = [f"{model} on {environment.get('device_name') or environment.get('device_kind') or 'an unknown device'}"]
-    if settings.get("seq_len"):
-        parts.append(f"seq {settings['seq_len']}")
-    if settings.get("dtype"):
-        parts.append(str(settings["dtype"]))
-    if settings.get("optimizer"):
-        parts.append({"adamw": "AdamW", "sgd": "SGD"}.get(settings["optimizer"], str(settings["optimizer"])))
-    return ", ".join(parts)
+    return run_title(settings.get("model") or "the run",
+                     environment.get("device_name") or environment.get("device_kind"),
+                     settings.get("layers"), settings.get("layers_full"), settings.get("seq_len"),
+                     settings.get("dtype"), settings.get("optimizer"))
 
 
 def problems_of(facts: Facts) -> list[str]:
@@ -137,7 +138,7 @@ def bottom_line(verdicts: list[Verdict], title: str, problems: list[str] | None 
                 width: int = WIDTH, max_lines: int = MAX_LINES,
                 unjudged: list[tuple[str, str]] | None = None) -> list[Row]:
     """The rows, title first, at most `max_lines` of at most `width` columns."""
-    ordered = sorted(verdicts, key=lambda v: (SEVERITY_ORDER.get(v.severity, 9), v.code, v.subject))
+    ordered = sorted(verdicts, key=verdict_order)
     prescription = [v for v in ordered if v.topic == PRESCRIPTION and (v.status != "inconclusive" or v.line)]
     folded = {code for v in prescription if v.status == "fired" for code in v.folds}
     ordered = [v for v in ordered if v.code not in folded or v.status == "error"]
@@ -237,4 +238,4 @@ def bottom_line_text(facts: Facts, verdicts: list[Verdict], width: int = WIDTH) 
 
 
 __all__ = ["CONFIGURATION", "MAX_LINES", "Row", "bottom_line", "bottom_line_for", "bottom_line_text",
-           "problems_of", "title_of"]
+           "problems_of", "run_title", "title_of"]

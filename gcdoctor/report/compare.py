@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from gcdoctor.engine import evaluate
+from gcdoctor.facts.views import memory_limit_bytes
 from gcdoctor.types import SEVERITIES, Verdict, severity_rank
 from gcdoctor.errors import UserError
 from gcdoctor.facts import Facts
+from gcdoctor.report.bottom_line import run_title
 from gcdoctor.report.html_parts import Raw, figure, figures, kv, section, table
 from gcdoctor.report.model import GIB, MIB, change, format_with_unit
 from gcdoctor.report import sections as report_sections
@@ -50,13 +52,15 @@ def _thresholds(config: dict[str, Any]) -> dict[str, dict[str, float]]:
 
 def load_run(path: str | Path) -> Run:
     """A recorded run directory: facts.json (required) and config.json (optional, its thresholds)."""
+    from gcdoctor.recorded import FACTS_NAME, MISSING, RUN, TRACE, kind_of
     p = Path(path)
-    if not p.exists():
+    kind = kind_of(p)
+    if kind == MISSING:
         raise UserError(f"{p}: no such run directory")
-    if not p.is_dir():
+    if kind == TRACE or not p.is_dir():
         raise UserError(f"{p}: not a gcdoctor run directory (a file; compare takes two run directories)")
-    fp = p / "facts.json"
-    if not fp.is_file():
+    fp = p / FACTS_NAME
+    if kind != RUN:
         raise UserError(f"{p}: not a gcdoctor run directory (no facts.json)")
     try:
         facts = Facts.load(fp)
@@ -97,8 +101,8 @@ def _env_rows(a: Run, b: Run) -> list[Row]:
     g = "environment"
     rows = [Row(g, "device", f"{ea.device_name} ({ea.device_kind})", f"{eb.device_name} ({eb.device_kind})"),
             Row(g, "device memory", ea.total_memory_bytes, eb.total_memory_bytes, "bytes"),
-            Row(g, "memory limit (--memory-limit)", a.config.get("memory_limit_bytes"),
-                b.config.get("memory_limit_bytes"), "bytes")]
+            Row(g, "memory limit (--memory-limit)", memory_limit_bytes(a.facts, a.config),
+                memory_limit_bytes(b.facts, b.config), "bytes")]
     for name in ("driver", "runtime", "torch", "transformers", "deepspeed", "torch_musa", "gcdoctor"):
         rows.append(Row(g, name, getattr(ea, name), getattr(eb, name)))
     rows += [Row(g, "model", _model(a.facts.model), _model(b.facts.model)),
@@ -256,7 +260,7 @@ BOTTOM_MARKS = ("worse", "new", "sev", "better", "gone", "same", "pred", "setup"
 
 def _what(run: Run) -> str:
     f = run.facts
-    return f"{f.model.name if f.model else 'a trace'} on {f.environment.device_name or 'an unknown device'}"
+    return run_title(f.model.name if f.model else 'a trace', f.environment.device_name)
 
 
 def bottom_line(a: Run, b: Run, rows: list[Row], changes: list[VerdictChange], pct: float | None,

@@ -126,13 +126,15 @@ def load(path: str | Path) -> Run:
     from gcdoctor.engine import evaluate
     from gcdoctor.facts import Facts
     from gcdoctor.trace.perfetto import trace_files
+    from gcdoctor.recorded import FACTS_NAME, RUN, TRACE, kind_of
     p = Path(path)
-    if p.is_dir():
-        if not (p / "facts.json").is_file():
-            raise UserError(f"{p}: not a gcdoctor run directory (no facts.json)")
-        facts = Facts.load(p / "facts.json")
+    kind = kind_of(p)
+    if kind == RUN:
+        facts = Facts.load(p / FACTS_NAME)
         traces = trace_files(p)
-    elif p.is_file():
+    elif p.is_dir():
+        raise UserError(f"{p}: not a gcdoctor run directory (no facts.json)")
+    elif kind == TRACE:
         from gcdoctor.trace import facts_from_trace
         facts = facts_from_trace(p)
         traces = [p]

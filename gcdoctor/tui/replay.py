@@ -21,10 +21,9 @@ from gcdoctor.run.events import read_events
 
 
 def events_path(path: str | Path) -> Path:
-    p = Path(path)
-    if p.is_dir():
-        p = p / "events.jsonl"
-    if not p.is_file():
+    from gcdoctor.recorded import events_of
+    p = events_of(path)
+    if p is None:
         raise UserError(f"{path}: no events.jsonl (give a gcdoctor run directory or its events.jsonl)")
     return p
 

@@ -8,26 +8,12 @@ view: who waits for whom).
 """
 from __future__ import annotations
 
-import re
 import statistics
 from pathlib import Path
 
 from gcdoctor.errors import UserError
 from gcdoctor.facts import Facts
 from gcdoctor.facts.watch import STEP_PARTS, RankSummary
-
-_RANK_DIR = re.compile(r"^rank-(\d+)$")
-
-
-def rank_dirs(path: str | Path) -> dict[int, Path]:
-    """{rank: run directory} of the rank-<r> folders under `path` that hold a facts.json."""
-    out = {}
-    for p in Path(path).iterdir() if Path(path).is_dir() else ():
-        m = _RANK_DIR.match(p.name)
-        if m and (p / "facts.json").is_file():
-            out[int(m.group(1))] = p
-    return dict(sorted(out.items()))
-
 
 def rank_summary(rank: int, run_dir: str, facts: Facts) -> RankSummary:
     w = facts.watch
@@ -36,9 +22,9 @@ def rank_summary(rank: int, run_dir: str, facts: Facts) -> RankSummary:
                        peak_allocated_bytes=w.peak_allocated_bytes)
 
 
-def merge_ranks(path: str | Path) -> Facts:
-    """The merged facts of a folder of rank directories. Raises UserError when it holds none."""
-    dirs = rank_dirs(path)
+def merge_ranks(path: str | Path, dirs: dict[int, Path]) -> Facts:
+    """The merged facts of a folder of rank directories (`dirs`: gcdoctor.recorded.rank_dirs).
+    Raises UserError when it holds none."""
     if not dirs:
         raise UserError(f"{path}: not a gcdoctor run directory (no facts.json), nor a distributed one "
                         "(no rank-<r>/facts.json)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gcdoctor.facts import Facts
-from gcdoctor.facts.granularity import BEST_MIN_SAVING_PCT, BEST_MIN_TIME_ADDED_PCT
+from gcdoctor.rules._granularity import BEST_MIN_SAVING_PCT, BEST_MIN_TIME_ADDED_PCT, best_tradeoff
 from gcdoctor.report.model import Column, Key, Section, Table
 from gcdoctor.report.svg import Series, color_for, line_plot
 
@@ -96,7 +96,7 @@ def _keys(facts: Facts) -> list[Key]:
     g = facts.granularity
     out = []
     for grp in g.groups:
-        best = grp.best_tradeoff()
+        best = best_tradeoff(grp)
         text = (f"{best.variant}: {best.memory_saved_pct:.0f}% of the activations saved for "
                 f"{best.time_added_pct:+.0f}% step time" if best is not None
                 else f"no variant saves {BEST_MIN_SAVING_PCT:.0f}% of the activations")

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from gcdoctor.facts import Facts, SweepFacts
-from gcdoctor.facts.views import EqualBatch
+from gcdoctor.facts.views import EqualBatch, memory_limit_bytes
 from gcdoctor.report.model import GIB, MIB, Column, Key, Section, Table, format_value
 from gcdoctor.report.svg import HLine, Mark, Series, color_for, line_plot
 
@@ -165,15 +165,15 @@ def _tables(facts: Facts) -> list[Table]:
 
 
 def memory_limit(facts: Facts, run_dir: Path | None) -> tuple[int, str] | None:
-    """The wall the search ran into: an injected --memory-limit (config.json), else the device's memory."""
-    lim = None
+    """The wall the search ran into: an injected --memory-limit, else the device's memory."""
+    cfg = None
     if run_dir is not None:
         try:
             cfg = json.loads((Path(run_dir) / "config.json").read_text())
-            lim = cfg.get("memory_limit_bytes") if isinstance(cfg, dict) else None
         except (OSError, ValueError):
-            lim = None
-    if isinstance(lim, int) and not isinstance(lim, bool) and lim > 0:
+            cfg = None
+    lim = memory_limit_bytes(facts, cfg)
+    if lim is not None:
         return lim, "memory limit"
     if facts.environment.total_memory_bytes:
         return facts.environment.total_memory_bytes, ("memory limit" if facts.environment.device_kind == "cpu"
