@@ -186,8 +186,8 @@ def test_the_recipe_survives_ten_competing_rows():
         "  warn configuration finding 3",
         "  warn configuration finding 4",
         "  warn configuration finding 5",
-        "  warn configuration finding 6",
-        "  ...  3 more configuration findings and 3 more experiment findings (granularit…",
+        "  ...  4 more configuration findings and 3 more experiment findings (granularity",
+        "       3) below",
     ]
 
 

@@ -60,9 +60,10 @@ def test_watch_without_a_command_is_a_one_line_error(capsys):
 
 def test_a_failed_launch_leaves_its_log_in_the_run_directory(tmp_path):
     p = watch(tmp_path, sys.executable, "-c", "import sys; print('loading the data'); sys.exit('no such dataset')")
-    assert p.returncode == 1
-    assert p.stderr.splitlines()[-1] == (f"gcdoctor watch: nothing was watched: the command exited with 1; its "
-                                         f"output: {tmp_path / 'run' / 'watch.log'}")
+    assert p.returncode == 3  # the watched command failed: incomplete (1 is --fail-on's)
+    assert p.stderr.splitlines()[-2:] == [
+        f"gcdoctor watch: nothing was watched: the command exited with 1; its output: {tmp_path / 'run' / 'watch.log'}",
+        "gcdoctor watch: the command exited with 1: the watched run is incomplete (exit 3)"]
     assert (tmp_path / "run" / "watch.log").read_text().splitlines() == ["loading the data", "no such dataset"]
 
 

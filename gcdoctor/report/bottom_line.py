@@ -182,15 +182,15 @@ def bottom_line(verdicts: list[Verdict], title: str, problems: list[str] | None 
     # the recipe is placed first and always shown: it is never the block that is cut
     blocks.sort(key=lambda b: b[0] != "use")
     order = ["use", "problem", "healthy", "fired", "ok", "dev"]
+    pointer_len = 1  # rows kept for the pointer to the rest; more if it wraps
     while True:
-        budget = max_lines - len(titles) - 1  # the title, and the pointer to the rest
+        budget = max_lines - len(titles) - pointer_len
         shown: list[tuple[str, list[Row]]] = []
         used = 0
         left_out: dict[str, int] = {}
-        for block in blocks:
-            kind, rows = block
+        for kind, rows in blocks:
             if kind == "use" or used + len(rows) <= budget:
-                shown.append(block)  # the block itself: dropping it below finds it by identity
+                shown.append((kind, rows))
                 used += len(rows)
             else:
                 left_out[kind] = left_out.get(kind, 0) + 1
@@ -198,11 +198,9 @@ def bottom_line(verdicts: list[Verdict], title: str, problems: list[str] | None 
         shown_dev = {rows[0].key for kind, rows in shown if kind == "dev"}
         pointer = _pointer(experiments, [v for v in findings if (v.code, v.subject) in shown_dev], left_out)
         pointer_rows = _wrap("...", pointer, None, width) if pointer else []
-        droppable = [b for b in shown if b[0] != "use"]
-        if len(titles) + used + len(pointer_rows) <= max_lines or not droppable:
+        if len(pointer_rows) <= pointer_len or pointer_len >= max_lines:
             break
-        drop = droppable[-1]  # the pointer needs a second row: the last block shown makes room
-        blocks = [b for b in blocks if b is not drop]
+        pointer_len = len(pointer_rows)  # the pointer wraps: fill again with the room that leaves
     shown.sort(key=lambda b: order.index(b[0]))
     out = list(titles)
     for _, rows in shown:
