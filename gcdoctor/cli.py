@@ -658,7 +658,24 @@ def main(argv: list[str] | None = None) -> int:
     except ModuleNotFoundError as exc:
         return _missing_module(exc)
     except Exception as exc:  # noqa: BLE001 - the last resort: one line, traceback kept
+        if _interrupted(exc):
+            print("gcdoctor: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
         return _crash(exc)
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether `exc` only wraps a Ctrl-C/SIGTERM: a signal that lands while a module is being
+    imported can surface as another error caused by the KeyboardInterrupt (a RuntimeError from a
+    dataclass's __set_name__, say)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
 
 
 def entry() -> None:

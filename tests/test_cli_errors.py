@@ -117,3 +117,17 @@ def test_monitor_rejects_a_zero_rate_instead_of_running_forever(capsys):
     assert main(["monitor", "--telemetry-hz", "0", "--seconds", "1", "--no-tui"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["gcdoctor: error: gcdoctor monitor: argument --telemetry-hz: 0: use a rate from 0.01 to 1000 Hz"]
+
+
+def test_an_error_caused_by_a_ctrl_c_during_an_import_counts_as_interrupted():
+    # a signal that lands while a module is imported can surface as a RuntimeError from a
+    # dataclass's __set_name__, caused by the KeyboardInterrupt: that is an interruption (130)
+    from gcdoctor.cli import _interrupted
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as k:
+            raise RuntimeError("Error calling __set_name__ on 'Field' instance") from k
+    except RuntimeError as exc:
+        assert _interrupted(exc) is True
+    assert _interrupted(RuntimeError("a real bug")) is False
