@@ -60,7 +60,7 @@ class DeviceStarvingCpuRule(Rule):
         "core_busy_pct": 95.0,
         # the job's own CPU, 100 = one full core (psutil's convention)
         "proc_busy_pct": 95.0,
-        # more than a bare CUDA context (0.3-0.6 GB, REFERENCES.md section 6): a job is resident
+        # more than a bare CUDA context (0.3-0.6 GB, docs/references.md section 6): a job is resident
         "min_job_memory_gb": 1.0,
         # as GC040: several 1 s windows, not one slow batch
         "min_seconds": 3.0,

@@ -85,7 +85,7 @@ class HostBoundStepRule(HostCauseRule):
     what = "waits on the host dispatching ops"
     defaults = {
         # a fifth of the step idle while the host dispatches: beyond the launch gaps of a healthy step
-        # (a few percent) and half of Nsight Systems' "GPU utilisation < 50%" line (REFERENCES.md s5)
+        # (a few percent) and half of Nsight Systems' "GPU utilisation < 50%" line (docs/references.md s5)
         "min_share": 0.2,
         "critical_share": 0.5,
         # facts without the host-cause split (recorded before it): host-wait idle share, and the CPU

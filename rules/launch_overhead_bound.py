@@ -64,10 +64,10 @@ class LaunchOverheadBoundRule(Rule):
         # "dominated by overhead": the overhead estimate explains at least half the extra time
         "min_explained_share": 0.5,
         # "device idle much of the step": Nsight Systems flags GPU utilisation < 50%; a lower bar,
-        # since only the extra time (not the whole step) has to be overhead (REFERENCES.md s5)
+        # since only the extra time (not the whole step) has to be overhead (docs/references.md s5)
         "min_idle_share": 0.3,
         # "kernels shorter than their launches": HTA's short kernel (shorter than its own launch
-        # call); at least half of the step's kernels (REFERENCES.md s5)
+        # call); at least half of the step's kernels (docs/references.md s5)
         "min_short_kernel_share": 0.5,
         # fallback when a trace has no launch joins: TraceLens counts kernels < 10 us as short
         "short_kernel_us": 10.0,

@@ -130,7 +130,7 @@ class LossJitterRule(Rule):
         # A GC-vs-no-GC difference counts as noise up to 3x the run-to-run difference. Both are
         # differences between two draws of the same noise over millions of gradient elements, so
         # they agree closely (H200, Llama-3-8B: early-layer rel-L2 2.0e-2 GC vs 1.9e-2 no-GC,
-        # REFERENCES.md section 4); 3x leaves room for a baseline measured once. A redrawn dropout
+        # docs/references.md section 4); 3x leaves room for a baseline measured once. A redrawn dropout
         # mask (p 0.1) moved layer gradients by rel-L2 0.10-0.25 on the CPU (samples/jitter/cpu-fp32),
         # 5x or more above the H200's 1.9e-2 noise.
         "noise_factor": 3.0,

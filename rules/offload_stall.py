@@ -89,7 +89,7 @@ class OffloadStallRule(Rule):
     its inputs back, ZeRO-Offload sends gradients down and parameters up and runs Adam on the CPU.
     When the copies are not hidden behind compute the device waits: one Llama-3-8B layer with
     every activation offloaded took 75 ms instead of 11 ms on an H200, and ZeRO-Offload has been
-    seen to turn a 0.5 s step into 7 s with the GPU idle more than 60% of the time (REFERENCES.md
+    seen to turn a 0.5 s step into 7 s with the GPU idle more than 60% of the time (docs/references.md
     section 3). A stall of a third of the step costs as much as full recomputation itself.
 
     Evidence:
@@ -116,13 +116,13 @@ class OffloadStallRule(Rule):
     defaults = {
         # "material": a tenth of the step. Below it the stall is within the run-to-run spread of a
         # median of a few steps and below what a recompute policy change moves (selective recompute
-        # costs +2-7%, REFERENCES.md section 3); above it the offload costs a real share of the step
+        # costs +2-7%, docs/references.md section 3); above it the offload costs a real share of the step
         "min_stall_share": 0.10,
         # a third of the step: as much as full recomputation (one extra forward, <= +33% of the
         # FLOPs): recomputing instead of offloading would be faster
         "critical_stall_share": 0.33,
         # most copied bytes staged through pageable memory: the driver's bounce buffer serialises them
-        # with the host (Nsight Systems' "pageable async memcpy" rule, REFERENCES.md section 5)
+        # with the host (Nsight Systems' "pageable async memcpy" rule, docs/references.md section 5)
         "pageable_share": 0.5,
         # copies reach about 80-90% of the encoded link peak (TLP headers, flow control); at 80% the
         # link is as busy as it gets (the same line as GC040)

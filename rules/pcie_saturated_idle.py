@@ -55,10 +55,10 @@ class PcieSaturatedIdleRule(Rule):
         # copies reach about 80-90% of the encoded link peak (TLP headers, flow control; see
         # gcdoctor/telemetry/pcie.py): at 80% the link is as busy as it gets
         "pcie_busy_pct": 80.0,
-        # Nsight Systems flags GPU time utilisation < 50% (REFERENCES.md section 5); under 30% the
+        # Nsight Systems flags GPU time utilisation < 50% (docs/references.md section 5); under 30% the
         # device mostly waits, with room for NVML's coarse 1/6-1 s utilisation window
         "idle_util_pct": 30.0,
-        # NVML utilisation is averaged over up to 1 s (REFERENCES.md section 6): a stall must last
+        # NVML utilisation is averaged over up to 1 s (docs/references.md section 6): a stall must last
         # several windows to be a stall and not a copy burst between steps
         "min_seconds": 3.0,
     }

@@ -46,7 +46,7 @@ class RecomputeOverheadRule(Rule):
     requires = ()  # the sweep's measurements, or a watched run (check says which is missing)
     topic = "sweep"
     defaults = {
-        # about one extra forward: <= +33% FLOPs, +20..39% seen in time (REFERENCES.md section 3)
+        # about one extra forward: <= +33% FLOPs, +20..39% seen in time (docs/references.md section 3)
         "max_overhead_pct": 35.0,
         # below this, recomputation is (nearly) absent: a sign checkpointing is not active
         "min_overhead_pct": 5.0,

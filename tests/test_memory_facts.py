@@ -33,7 +33,7 @@ def test_facts_hold_a_prediction_per_point_and_the_largest_batches():
     direct = M.predict(spec, M.Workload(8, 4096, gc=True))
     assert mm.predicted_peak("gc", 8) == direct.peak_bytes
     assert mm.get("gc", 8).peak_where == "loss backward"
-    assert mm.layer_activation_bytes_per_token == 200840  # REFERENCES.md §1: 784.53 MiB at seq 4096
+    assert mm.layer_activation_bytes_per_token == 200840  # docs/references.md §1: 784.53 MiB at seq 4096
 
 
 def test_facts_survive_a_round_trip_through_json():

@@ -314,7 +314,7 @@ def layer_activation_bytes_per_token(spec: Any, dtype: str = "bf16") -> int:
     Two RMSNorms: fp32 input (4h; the input itself in fp32), rstd (4), normalised x (e*h),
     output (e*h, saved by the next matmul); q and k after RoPE (e*q, e*kv), v (e*kv), SDPA
     output (e*q, also o_proj's input) and log-sum-exp (4 per head); SwiGLU gate, SiLU, up and
-    their product (4*e*f). For bf16 Llama-3: 20h + 4h_kv + 8f + 4a + 8 (REFERENCES.md §1).
+    their product (4*e*f). For bf16 Llama-3: 20h + 4h_kv + 8f + 4a + 8 (docs/references.md §1).
     """
     w = Workload(1, 1, dtype=dtype)
     w.check()

@@ -1,7 +1,7 @@
 """NVIDIA devices through NVML (package nvidia-ml-py, module `pynvml`).
 
 Never the deprecated `pynvml` PyPI package: nvidia-ml-py is NVIDIA's own binding. The costs
-and meanings of the counters (REFERENCES.md section 6, NVML API reference):
+and meanings of the counters (docs/references.md section 6, NVML API reference):
 
 - Utilisation (`nvmlDeviceGetUtilizationRates`): share of the last sample period (1/6 s to
   1 s) in which any kernel ran; reads 100% during a pure host-to-device copy. Not SM occupancy.
@@ -23,7 +23,7 @@ and meanings of the counters (REFERENCES.md section 6, NVML API reference):
 Slow series: utilisation, SM clock, throttle reasons and the averaged power usage are
 read every Nth tick only (`slow_hz`, 5 Hz by default: every 4th tick at 20 Hz), memory used about
 once a second, and held in between. NVML's utilisation is itself a share of a 1/6 s to 1 s period
-(REFERENCES.md section 6), so reading it at 20 Hz only repeated values; memory and clocks change
+(docs/references.md section 6), so reading it at 20 Hz only repeated values; memory and clocks change
 slowly. The PCIe byte counters and the instant power stay in every tick (the counters must be
 unwrapped): `capture()` makes that one field-values call and copies its bytes (plus the slow
 calls on their ticks); decoding, unwrapping the counters and computing rates happen in

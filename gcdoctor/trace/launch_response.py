@@ -217,7 +217,7 @@ def _read_step(t: TraceTables, s0: int, s1: int, final: int, rt_names: np.ndarra
     lat = (d_start[dorder] - l_end)[idle]
     lat = lat[lat >= 0]
     # a latency beyond MAX_LATENCY_NS is a device clock that drifted from the host's (several profiling
-    # sessions in one process, REFERENCES.md section 9), not a launch: capped
+    # sessions in one process, docs/references.md section 9), not a launch: capped
     latency = min(float(np.median(lat)) if len(lat) else float(DEFAULT_LATENCY_NS), float(MAX_LATENCY_NS))
 
     # synchronising calls split the step into stretches

@@ -15,7 +15,7 @@ from gcdoctor.trace.tables import (
 from gcdoctor.trace.hostidle import HostIdleAnalyzer, classify_steps
 from gcdoctor.trace.windows import STEADY, WARMUP, Window, WindowFinder, find_windows
 
-SHORT_GAP_US = 30.0  # HTA's consecutive_kernel_delay default (REFERENCES.md section 5)
+SHORT_GAP_US = 30.0  # HTA's consecutive_kernel_delay default (docs/references.md section 5)
 CPU_ONLY = "the trace has no device events (a CPU-only profile)"
 RANGE_PROFILER_ONLY = ("the trace holds CUPTI range-profiler ranges (cuda_profiler_range) but no per-kernel "
                        "timing: it was recorded with the range profiler, which measures counters over ranges, not "

@@ -4,7 +4,7 @@ A window has host intervals (where its CPU ranges are) and device intervals (whe
 ran the work launched inside them). Device intervals come from correlation: an op belongs to a
 CPU range when its launch call started inside the range, on any thread, so backward kernels
 launched from the autograd thread land in the caller's `gcdoctor/backward` range
-(REFERENCES.md section 5). Definitions: docs/trace-metrics.md.
+(docs/references.md section 5). Definitions: docs/trace-metrics.md.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Events reach the app through `sink`, from any thread. Telemetry samples (20 Hz from the
 sampler thread) go into a deque and are drawn on a 4 Hz timer; every other event is posted
 as a message (post_message is thread-safe and does not block the session). See
-REFERENCES.md section 7.
+docs/references.md section 7.
 """
 from __future__ import annotations
 
