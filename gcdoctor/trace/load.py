@@ -583,13 +583,7 @@ class _Builder:
         """The common case in one pass per field: every event of a tabled category placeable, float
         timestamps below 2^43 us, integer ids. Tables nothing and returns False otherwise (the
         general path, _add_events, then gives the same tables)."""
-        by_cat: dict[Any, list] = {}
-        for e in events:
-            if e.ph == "X":
-                lst = by_cat.get(e.cat)
-                if lst is None:
-                    lst = by_cat[e.cat] = []
-                lst.append(e)
+        by_cat = _complete_events_by_category(events)
         buckets: list[list] = [[], [], [], [], []]
         kinds: list[list[np.ndarray]] = [[], [], [], [], []]
         skipped: Counter = Counter()
@@ -668,13 +662,7 @@ class _Builder:
         return True
 
     def _add_events(self, events: list, exact: bool) -> None:
-        by_cat: dict[Any, list] = {}
-        for e in events:
-            if e.ph == "X":
-                lst = by_cat.get(e.cat)
-                if lst is None:
-                    lst = by_cat[e.cat] = []
-                lst.append(e)
+        by_cat = _complete_events_by_category(events)
         buckets: list[list] = [[], [], [], [], []]
         kinds: list[list[np.ndarray]] = [[], [], [], [], []]  # detail per event, per bucket
         skipped: Counter = Counter()
@@ -1276,3 +1264,15 @@ def _deep_event(text: bytes, before: int) -> str:
         elif ch in (0x7D, 0x5D):
             depth -= 1
     return "a value in traceEvents is nested too deeply to decode"
+
+
+def _complete_events_by_category(events: list) -> dict[Any, list]:
+    """The complete ("X") events, grouped by category in the order they came."""
+    by_cat: dict[Any, list] = {}
+    for e in events:
+        if e.ph == "X":
+            lst = by_cat.get(e.cat)
+            if lst is None:
+                lst = by_cat[e.cat] = []
+            lst.append(e)
+    return by_cat
