@@ -7,7 +7,7 @@ from gcdoctor.facts import Facts
 from gcdoctor.facts.policies import PolicyFacts, RecipeChoice, RecipeConfirmation
 from gcdoctor.recipe import (ASSUMED, batch_words, describe, extras_words, largest_batch_recipe, pick, points,
                              policy_words, rank_recipes, rejected, same)
-from gcdoctor.rules._sweep import gib
+from gcdoctor.units import fmt_bytes
 
 # which verdicts a recipe folds in: the bottom line does not repeat them
 FOLDS = {"allocator": "GC009", "optimizer": "GC008", "chunked_loss": "GC002"}
@@ -25,7 +25,7 @@ def _tok(x: float | None) -> str:
 
 
 def _gib(x: int | None) -> str:
-    return "?" if x is None else f"{gib(x):.1f} GiB"
+    return "?" if x is None else fmt_bytes(x, gib_digits=1)
 
 
 def _figures(choice: RecipeChoice, conf: RecipeConfirmation | None) -> str:
@@ -221,7 +221,7 @@ def _smallest_change(rule: Rule, facts: Facts, ev: list[Evidence]) -> Verdict:
                   key=lambda o: (CHANGE_ORDER.index(o.key) if o.key in CHANGE_ORDER else len(CHANGE_ORDER),
                                  o.n_devices))
     for o in fits[:4]:
-        ev.append(Evidence(o.label, f"peak {gib(o.peak_bytes_batch1_gc):.1f} GiB at batch 1 with checkpointing; "
+        ev.append(Evidence(o.label, f"peak {_gib(o.peak_bytes_batch1_gc)} at batch 1 with checkpointing; "
                                     f"largest batch {o.max_batch_gc} (memory model)"))
     if not fits:
         return rule.fired("warning", "No measured setting fits batch 1", ev,
