@@ -33,9 +33,9 @@ def _keys(facts: Facts) -> list[Key]:
             out.append(Key(f"predicted-max-{v}-{alloc}", f"largest batch {v}, predicted with {alloc} segments"
                            if alloc == "expandable" else f"largest batch {v}, predicted ({alloc})",
                            b if b else "none", "text", predicted=True))
-    for v, predicted in (mm.max_batch or {}).items():
+    for v, guess in (mm.max_batch or {}).items():
         measured = s.max_batch.get(v) if s is not None else None
-        out.append(Key(f"predicted-max-{v}", f"largest batch {v}, predicted", predicted if predicted else "none", "text",
+        out.append(Key(f"predicted-max-{v}", f"largest batch {v}, predicted", guess if guess else "none", "text",
                        predicted=True))
         if s is not None and measured is not None:
             fixed = " (largest of the fixed --batch-sizes)" if not s.searched else ""

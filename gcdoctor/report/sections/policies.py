@@ -37,8 +37,8 @@ def _candidate_rows(facts: Facts) -> list[list]:
         fit = c.measurement if c.measurement is not None and c.measurement.fits else None
         rows.append([c.label or policy_words(c.setting.policy), ", ".join(extras_words(c.setting)) or "default",
                      c.predicted_largest_batch, c.largest_batch, fit.tokens_per_s if fit is not None else None,
-                     fit.peak_allocated_bytes if fit is not None else None, c.predicted_peak_bytes, _check(c), c.dropped,
-                     c.seconds])
+                     fit.peak_allocated_bytes if fit is not None else None, c.predicted_peak_bytes, _check(c),
+                     c.dropped, c.seconds])
     return rows
 
 
