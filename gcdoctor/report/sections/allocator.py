@@ -9,20 +9,28 @@ OPT_TEXT = {"adamw": "AdamW (foreach)", "adamw-forloop": "AdamW(foreach=False)",
 
 
 def _boundary_rows(facts: Facts) -> list[list]:
+    al = facts.allocator
+    if al is None:
+        return []
     return [[b.variant, ALLOC_TEXT.get(b.allocator, b.allocator), b.largest_batch, b.first_oom_batch,
              b.first_oom_kind, b.tokens_per_s, b.step_ms, b.peak_allocated_bytes, b.peak_reserved_bytes,
              b.predicted, b.in_process, b.order_moves_boundary if b.allocator == "default" else None]
-            for b in facts.allocator.boundaries]
+            for b in al.boundaries]
 
 
 def _run_rows(facts: Facts) -> list[list]:
+    al = facts.allocator
+    if al is None:
+        return []
     return [[r.variant, ALLOC_TEXT.get(r.allocator, r.allocator), ", ".join(
         f"{m.batch_size} {'fits' if m.fits else 'OOM'}" for m in r.measurements) or None, r.wall_s, r.run_dir,
-        r.error] for r in facts.allocator.runs]
+        r.error] for r in al.runs]
 
 
 def _allocator_keys(facts: Facts) -> list[Key]:
     al = facts.allocator
+    if al is None:
+        return []
     out = []
     for v in ("no_gc", "gc"):
         b = al.reliable_batch(v)
@@ -36,11 +44,18 @@ def _allocator_keys(facts: Facts) -> list[Key]:
     return out
 
 
+def _allocator_lead(facts: Facts) -> str:
+    al = facts.allocator
+    if al is None:
+        return ""
+    return (f"Each point is a new process whose first step is that batch (one warm-up, {al.steps} "
+            "measured); PYTORCH_CUDA_ALLOC_CONF is read when CUDA initialises, so each setting needs its own.")
+
+
 ALLOCATOR = Section(
     id="allocator", title="The boundary in fresh processes, per allocator setting", facts="allocator",
     present=lambda f: f.allocator is not None,
-    lead=lambda f: (f"Each point is a new process whose first step is that batch (one warm-up, {f.allocator.steps} "
-                    "measured); PYTORCH_CUDA_ALLOC_CONF is read when CUDA initialises, so each setting needs its own."),
+    lead=_allocator_lead,
     keys=_allocator_keys,
     tables=lambda f: [
         Table("boundaries", [Column("variant", key=True), Column("allocator", key=True), Column("largest batch", "int"),
@@ -58,6 +73,8 @@ ALLOCATOR = Section(
 
 def _optimizer_rows(facts: Facts) -> list[list]:
     opt = facts.optimizer
+    if opt is None:
+        return []
     base = opt.get("adamw")
     rows = []
     for m in opt.measurements:
@@ -74,14 +91,28 @@ def _optimizer_rows(facts: Facts) -> list[list]:
     return rows
 
 
+def _optimizer_lead(facts: Facts) -> str:
+    opt = facts.optimizer
+    if opt is None:
+        return ""
+    return f"Layer checkpointing at batch {opt.batch_size}; the same model, one AdamW each."
+
+
+def _optimizer_notes(facts: Facts) -> list[str]:
+    opt = facts.optimizer
+    if opt is None:
+        return []
+    return [f"{OPT_TEXT.get(k, k)} not measured: {v}" for k, v in opt.skipped.items()]
+
+
 OPTIMIZER = Section(
     id="optimizer", title="The optimizer step's peak: AdamW implementations", facts="optimizer",
     present=lambda f: f.optimizer is not None,
-    lead=lambda f: f"Layer checkpointing at batch {f.optimizer.batch_size}; the same model, one AdamW each.",
+    lead=_optimizer_lead,
     tables=lambda f: [Table("optimizer", [
         Column("optimizer", key=True), Column("peak", "bytes", compare=True), Column("peak change", "pct+"),
         Column("optimizer-step peak", "bytes"), Column("forward/backward peak", "bytes"),
         Column("step", "ms", compare=True), Column("step change", "pct+"), Column("optimizer phase", "ms"),
         Column("predicted peak", "bytes")], _optimizer_rows)],
-    notes=lambda f: [f"{OPT_TEXT.get(k, k)} not measured: {v}" for k, v in f.optimizer.skipped.items()],
+    notes=_optimizer_notes,
     topics=("optimizer",))

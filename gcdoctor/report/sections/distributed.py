@@ -29,12 +29,17 @@ def _ms(us: float | None) -> float | None:
 
 
 def _rank_rows(facts: Facts) -> list[list]:
+    d = facts.distributed
+    if d is None:
+        return []
     return [[r.rank, r.local_rank, r.host or None, r.device or None, r.device_name or None, r.run_dir or None]
-            for r in sorted(facts.distributed.ranks, key=lambda r: r.rank)]
+            for r in sorted(d.ranks, key=lambda r: r.rank)]
 
 
 def _measure_rows(facts: Facts) -> list[list]:
     d = facts.distributed
+    if d is None:
+        return []
     seen, rows = set(), []
     for m in d.measurements:
         key = (m.probe, m.variant, m.batch_size)
@@ -49,8 +54,11 @@ def _measure_rows(facts: Facts) -> list[list]:
 
 
 def _comm_rows(facts: Facts) -> list[list]:
+    d = facts.distributed
+    if d is None:
+        return []
     rows = []
-    for c in sorted(facts.distributed.comm, key=lambda c: (c.key, c.rank)):
+    for c in sorted(d.comm, key=lambda c: (c.key, c.rank)):
         rows.append([c.key, c.rank, c.calls("all_gather"), c.calls("all_gather", "forward"),
                      c.calls("all_gather", "backward"), c.calls("all_gather", "recompute"),
                      c.calls("reduce_scatter"), c.calls("all_reduce"), c.comm_kernel_count, _ms(c.comm_busy_us),
@@ -61,6 +69,8 @@ def _comm_rows(facts: Facts) -> list[list]:
 
 def _variant_rows(facts: Facts) -> list[list]:
     d = facts.distributed
+    if d is None:
+        return []
     rows = []
     for v in d.variants:
         m = v.measurement
@@ -81,6 +91,8 @@ def _variant_rows(facts: Facts) -> list[list]:
 
 def _keys(facts: Facts) -> list[Key]:
     d = facts.distributed
+    if d is None:
+        return []
     out = [Key("world-size", "ranks", d.world_size, "int"), Key("backend", "process group", d.backend or None),
            Key("launcher", "launched by", d.launcher or None),
            Key("strategy", "the sweep shards with", STRATEGY.get(d.strategy, d.strategy))]
@@ -94,6 +106,8 @@ def _keys(facts: Facts) -> list[Key]:
 
 def _lead(facts: Facts) -> str:
     d = facts.distributed
+    if d is None:
+        return ""
     return (f"{d.world_size} rank{'s' if d.world_size != 1 else ''} ({d.backend}), each running the same probes "
             f"on its own device; the sweep shards the model with {STRATEGY.get(d.strategy, d.strategy)}. The "
             "sweep's tables above are rank 0's numbers; here every rank's, and the collectives each rank's "
@@ -102,13 +116,16 @@ def _lead(facts: Facts) -> str:
 
 
 def _tables(facts: Facts) -> list[Table]:
+    d = facts.distributed
+    if d is None:
+        return []
     return [
         Table("distributed-comm", COMM_COLUMNS, _comm_rows, title="Communication per profiled step",
               caption="Collectives counted from the host's c10d calls; kernel times from the device timeline "
                       "(none on a CPU trace, where gloo runs the collectives on the host). Exposed: communication "
                       "kernels with no compute kernel beside them."),
         Table("distributed-variants", VARIANT_COLUMNS, _variant_rows, title="Sharding probe variants",
-              caption=f"At batch {facts.distributed.probe_batch} per rank on the probe's layers."),
+              caption=f"At batch {d.probe_batch} per rank on the probe's layers."),
         Table("distributed-ranks-measured", MEASURE_COLUMNS, _measure_rows, title="Every rank's measurements",
               fold=True),
         Table("distributed-ranks", RANK_COLUMNS, _rank_rows, title="Ranks", fold=True),
@@ -118,4 +135,4 @@ def _tables(facts: Facts) -> list[Table]:
 SECTION = Section(
     id="distributed", title="Sharded over several ranks: memory and communication", facts="distributed",
     present=lambda f: f.distributed is not None, lead=_lead, keys=_keys, tables=_tables,
-    notes=lambda f: list(f.distributed.notes), topics=("distributed",))
+    notes=lambda f: list(f.distributed.notes) if f.distributed is not None else [], topics=("distributed",))

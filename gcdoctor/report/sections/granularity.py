@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gcdoctor.facts import Facts
+from gcdoctor.facts import Facts, GranularityFacts
 from gcdoctor.rules._granularity import BEST_MIN_SAVING_PCT, BEST_MIN_TIME_ADDED_PCT, best_tradeoff
 from gcdoctor.report.model import Column, Key, Section, Table
 from gcdoctor.report.svg import Series, color_for, line_plot
@@ -23,8 +23,11 @@ COLUMNS = [Column("workload", key=True), Column("variant", key=True), Column("wh
 
 
 def _rows(facts: Facts) -> list[list]:
+    gr = facts.granularity
+    if gr is None:
+        return []
     rows = []
-    for g in facts.granularity.groups:
+    for g in gr.groups:
         for v in g.variants:
             m = v.measurement
             result = "fits" if v.fits else (f"OOM ({m.oom_phase})" if m is not None and not m.fits else "not measured")
@@ -37,15 +40,16 @@ def _rows(facts: Facts) -> list[list]:
 
 
 def _region_rows(facts: Facts) -> list[list]:
-    lc = facts.granularity.launch
+    g = facts.granularity
+    lc = g.launch if g is not None else None
     if lc is None:
         return []
     return [[p.name, p.forward_ops, p.recomputed_ops, p.plain_us, p.checkpoint_us, p.extra_us]
             for p in lc.region_points]
 
 
-def _whatif_columns(facts: Facts) -> list[Column]:
-    pts = facts.granularity.whatif_launch_us
+def _whatif_columns(g: GranularityFacts) -> list[Column]:
+    pts = g.whatif_launch_us
     return ([Column("workload", key=True), Column("variant", key=True), Column("what-if from", "text"),
              Column("launches/step", "int"), Column("host issue", "ms"), Column("device busy", "ms"),
              Column("step", "ms"), Column("break-even launch", "us", compare=True, predicted=True)]
@@ -54,8 +58,11 @@ def _whatif_columns(facts: Facts) -> list[Column]:
 
 
 def _whatif_rows(facts: Facts) -> list[list]:
+    gr = facts.granularity
+    if gr is None:
+        return []
     rows = []
-    for g in facts.granularity.groups:
+    for g in gr.groups:
         for v in g.variants:
             w = v.whatif
             if w is None:
@@ -66,8 +73,7 @@ def _whatif_rows(facts: Facts) -> list[list]:
     return rows
 
 
-def _whatif_caption(facts: Facts) -> str:
-    g = facts.granularity
+def _whatif_caption(g: GranularityFacts) -> str:
     lc = g.launch.launch_us if g.launch is not None else None
     prof = ("" if g.profiler_us_per_event is None else
             f" The profiler's own {g.profiler_us_per_event:.2f} µs per recorded event and launches blocked on a "
@@ -79,11 +85,14 @@ def _whatif_caption(facts: Facts) -> str:
 
 
 def _tables(facts: Facts) -> list[Table]:
+    g = facts.granularity
+    if g is None:
+        return []
     whatif = []
-    if any(v.whatif is not None for grp in facts.granularity.groups for v in grp.variants):
-        whatif = [Table("granularity-whatif", _whatif_columns(facts), _whatif_rows,
+    if any(v.whatif is not None for grp in g.groups for v in grp.variants):
+        whatif = [Table("granularity-whatif", _whatif_columns(g), _whatif_rows,
                         title="What-if: step time on a device with costlier launches",
-                        caption=_whatif_caption(facts))]
+                        caption=_whatif_caption(g))]
     return [Table("granularity", COLUMNS, _rows, caption=BEST_RULE),
             *whatif,
             Table("regions", [Column("region", key=True), Column("forward ops", "int"),
@@ -94,6 +103,8 @@ def _tables(facts: Facts) -> list[Table]:
 
 def _keys(facts: Facts) -> list[Key]:
     g = facts.granularity
+    if g is None:
+        return []
     out = []
     for grp in g.groups:
         best = best_tradeoff(grp)
@@ -135,12 +146,17 @@ def _plot(group) -> str:
 
 
 def _plots(facts: Facts, run_dir: Path | None) -> list[tuple[str, str]]:
+    gr = facts.granularity
+    if gr is None:
+        return []
     return [(_plot(g), f"{g.name}: each point is one granularity at equal batch; up and to the left is better "
-                       "(more memory saved for less time).") for g in facts.granularity.groups]
+                       "(more memory saved for less time).") for g in gr.groups]
 
 
 def _lead(facts: Facts) -> str:
     g, st = facts.granularity, facts.settings
+    if g is None:
+        return ""
     return (f"Checkpoint regions from the whole layer down to single ops, at equal batch: median of {g.measure_steps} "
             f"synchronised steps after {g.warmup_steps} warm-up ({st.optimizer}, {st.dtype}); {g.checkpoint_api}. "
             "Kept for backward = allocated after forward and loss minus before the forward (what checkpointing "
@@ -150,6 +166,8 @@ def _lead(facts: Facts) -> str:
 
 def _notes(facts: Facts) -> list[str]:
     g = facts.granularity
+    if g is None:
+        return []
     return list(g.notes) + (list(g.launch.notes) if g.launch is not None else [])
 
 

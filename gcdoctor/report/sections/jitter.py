@@ -13,8 +13,11 @@ def _sci(x: float | None) -> str:
 
 
 def _comparison_rows(facts: Facts) -> list[list]:
+    j = facts.jitter
+    if j is None:
+        return []
     rows = []
-    for c in facts.jitter.comparisons:
+    for c in j.comparisons:
         worst = max(c.grad_rel_l2_by_group.items(), key=lambda kv: kv[1], default=None)
         worst = worst if worst and worst[1] > 0 else None
         differing = (100.0 * (c.grad_elements_differing or 0) / c.grad_elements) if c.grad_elements else None
@@ -27,9 +30,12 @@ def _comparison_rows(facts: Facts) -> list[list]:
 
 
 def _run_rows(facts: Facts) -> list[list]:
+    j = facts.jitter
+    if j is None:
+        return []
     return [[r.name, r.checkpointing, r.preserve_rng_state, r.dropout, r.deterministic, r.micro_batches,
              r.losses[-1] if r.losses else None, sorted(r.step_ms)[len(r.step_ms) // 2] if r.step_ms else None,
-             r.error] for r in facts.jitter.runs]
+             r.error] for r in j.runs]
 
 
 def _tables(facts: Facts) -> list[Table]:
@@ -51,7 +57,10 @@ def _tables(facts: Facts) -> list[Table]:
 
 
 def _plots(facts: Facts, run_dir: Path | None) -> list[tuple[str, str]]:
-    runs, comps = facts.jitter.runs, facts.jitter.comparisons
+    j = facts.jitter
+    if j is None:
+        return []
+    runs, comps = j.runs, j.comparisons
     colors = colors_for([r.name for r in runs])
     series = [Series(r.name, [(i + 1, float(x)) for i, x in enumerate(r.losses)], colors[r.name],
                      dashed=not r.checkpointing, markers=len(r.losses) <= 30) for r in runs if r.losses]
@@ -69,15 +78,24 @@ def _plots(facts: Facts, run_dir: Path | None) -> list[tuple[str, str]]:
 
 def _lead(facts: Facts) -> str:
     j = facts.jitter
+    if j is None:
+        return ""
     eps = f"; {j.dtype} unit roundoff {_sci(j.unit_roundoff)}" if j.unit_roundoff else ""
     return (f"{len(j.runs)} runs of {j.steps} optimizer steps from the same weights, seed {j.seed} and token batches "
             f"(batch {j.batch_size}, sequence {j.seq_len}, {j.n_layers} layers, {j.optimizer}"
             f"{', lr ' + format(j.lr, 'g') if j.lr else ''}){eps}. Checkpointing: {j.gc_api or 'not run'}.")
 
 
+def _notes(facts: Facts) -> list[str]:
+    j = facts.jitter
+    if j is None:
+        return []
+    return list(j.notes) + [f"{r.name}: {w}" for r in j.runs for w in r.warnings]
+
+
 SECTION = Section(
     id="jitter", title="Loss jitter from recomputation", facts="jitter",
     present=lambda f: f.jitter is not None and bool(f.jitter.runs),
     lead=_lead, tables=_tables, plots=_plots,
-    notes=lambda f: list(f.jitter.notes) + [f"{r.name}: {w}" for r in f.jitter.runs for w in r.warnings],
+    notes=_notes,
     topics=("jitter",))

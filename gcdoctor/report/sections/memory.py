@@ -10,6 +10,8 @@ from gcdoctor.report.svg import Bar, bar_plot, color_for
 
 def _keys(facts: Facts) -> list[Key]:
     mm, s = facts.memory_model, facts.sweep
+    if mm is None:
+        return []
     out = [Key("model-states", "model states", mm.model_state_bytes, "bytes"),
            Key("params", "parameters", mm.param_bytes, "bytes"), Key("grads", "gradients", mm.grad_bytes, "bytes"),
            Key("optimizer-states", "optimizer states", mm.optimizer_state_bytes, "bytes"),
@@ -31,11 +33,11 @@ def _keys(facts: Facts) -> list[Key]:
             out.append(Key(f"predicted-max-{v}-{alloc}", f"largest batch {v}, predicted with {alloc} segments"
                            if alloc == "expandable" else f"largest batch {v}, predicted ({alloc})",
                            b if b else "none", "text", predicted=True))
-    for v, b in (mm.max_batch or {}).items():
+    for v, guess in (mm.max_batch or {}).items():
         measured = s.max_batch.get(v) if s is not None else None
-        out.append(Key(f"predicted-max-{v}", f"largest batch {v}, predicted", b if b else "none", "text",
+        out.append(Key(f"predicted-max-{v}", f"largest batch {v}, predicted", guess if guess else "none", "text",
                        predicted=True))
-        if measured is not None:
+        if s is not None and measured is not None:
             fixed = " (largest of the fixed --batch-sizes)" if not s.searched else ""
             out.append(Key(f"measured-max-{v}", f"largest batch {v}, measured", f"{measured}{fixed}", "text"))
     return out
@@ -43,6 +45,8 @@ def _keys(facts: Facts) -> list[Key]:
 
 def _rows(facts: Facts) -> list[list]:
     mm, s = facts.memory_model, facts.sweep
+    if mm is None:
+        return []
     rows = []
     for p in sorted(mm.points, key=lambda p: (p.variant != "no_gc", p.batch_size)):
         m = s.get(p.variant, p.batch_size) if s is not None else None
@@ -55,8 +59,11 @@ def _rows(facts: Facts) -> list[list]:
 
 
 def _option_rows(facts: Facts) -> list[list]:
+    mm = facts.memory_model
+    if mm is None:
+        return []
     return [[o.label, o.n_devices, o.device_state_bytes, o.peak_bytes_batch1_gc, o.max_batch_gc or None,
-             o.max_batch_no_gc or None, o.settings, o.host or None] for o in facts.memory_model.fit_options]
+             o.max_batch_no_gc or None, o.settings, o.host or None] for o in mm.fit_options]
 
 
 OPTION_COLUMNS = [Column("setup", key=True), Column("devices", "int"), Column("states on the device", "bytes"),
@@ -65,8 +72,11 @@ OPTION_COLUMNS = [Column("setup", key=True), Column("devices", "int"), Column("s
 
 
 def _tables(facts: Facts) -> list[Table]:
+    mm = facts.memory_model
+    if mm is None:
+        return []
     out = [Table("memory-model", COLUMNS, _rows)]
-    if facts.memory_model.fit_options:
+    if mm.fit_options:
         out.append(Table("fit-options", OPTION_COLUMNS, _option_rows,
                          title="What would fit: other homes for the model states",
                          caption="Predicted by the memory model for this device (gcdoctor.model.memory.remedy); largest "
@@ -93,7 +103,10 @@ def _breakdown_plot(point) -> str:
 
 
 def _plots(facts: Facts, run_dir: Path | None) -> list[tuple[str, str]]:
-    points = facts.memory_model.points
+    mm = facts.memory_model
+    if mm is None:
+        return []
+    points = mm.points
     largest = [max((p for p in points if p.variant == v), key=lambda p: p.batch_size)
                for v in dict.fromkeys(p.variant for p in points)]
     return [(_breakdown_plot(p), f"{p.variant}, batch {p.batch_size}: live memory by category at the predicted "
@@ -102,6 +115,8 @@ def _plots(facts: Facts, run_dir: Path | None) -> list[tuple[str, str]]:
 
 def _lead(facts: Facts) -> str:
     mm = facts.memory_model
+    if mm is None:
+        return ""
     return (f"{mm.model} ({'exact shapes' if mm.exact else 'approximated by a Llama layer'}), {mm.dtype}, "
             f"{mm.optimizer}, sequence {mm.seq_len}, {mm.device} semantics: what the shapes predict, held against "
             "what was measured.")
@@ -111,4 +126,4 @@ SECTION = Section(
     id="memory-model", title="Analytic memory model: predicted versus measured", facts="memory_model",
     present=lambda f: f.memory_model is not None and getattr(f.memory_model, "points", None) is not None,
     lead=_lead, keys=_keys, tables=_tables, plots=_plots,
-    notes=lambda f: list(f.memory_model.notes), topics=("memory",))
+    notes=lambda f: list(f.memory_model.notes) if f.memory_model is not None else [], topics=("memory",))

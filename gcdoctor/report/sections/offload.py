@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gcdoctor.facts import Facts
+from gcdoctor.facts import Facts, OffloadFacts
+from gcdoctor.facts.offload import OffloadVariant
 from gcdoctor.report.model import Column, Key, Section, Table
 from gcdoctor.report.svg import Bar, HLine, bar_plot, color_for
 
@@ -22,6 +23,10 @@ LINK_COLUMNS = [Column("variant", key=True), Column("PCIe RX mean", "GB/s"), Col
                 Column("busiest core", "pct"), Column("process CPU", "pct")]
 
 
+def _variants(facts: Facts) -> list[OffloadVariant]:
+    return facts.offload.variants if facts.offload is not None else []
+
+
 def _result(v) -> str:
     if v.skipped:
         return f"skipped: {v.skipped}"
@@ -34,30 +39,30 @@ def _result(v) -> str:
 def _rows(facts: Facts) -> list[list]:
     return [[v.variant, v.on_host or None, _result(v), v.step_ms, v.slowdown_pct, v.forward_ms, v.backward_ms,
              v.optimizer_ms, v.optimizer_share, v.peak_allocated_bytes, v.saved_after_forward_bytes,
-             v.host_rss_max_bytes or v.host_rss_after_bytes, v.host_state_bytes] for v in facts.offload.variants]
+             v.host_rss_max_bytes or v.host_rss_after_bytes, v.host_state_bytes] for v in _variants(facts)]
 
 
 def _copy_rows(facts: Facts) -> list[list]:
     return [[v.variant, v.h2d_bytes, v.d2h_bytes, v.copy_ms, v.exposed_copy_ms, v.copy_overlap_share,
              v.pageable_share, v.h2d_copy_gbs, v.d2h_copy_gbs, v.stall_share, v.host_wait_share]
-            for v in facts.offload.variants if v.ran and v.copy_ms is not None]
+            for v in _variants(facts) if v.ran and v.copy_ms is not None]
 
 
 def _link_rows(facts: Facts) -> list[list]:
     return [[v.variant, v.pcie_rx_gbs_mean, v.pcie_rx_gbs_max, v.pcie_tx_gbs_mean, v.pcie_tx_gbs_max,
              v.pcie_peak_gbs, v.util_pct_mean, v.util_pct_min, v.cpu_pct_mean, v.cpu_max_core_pct_mean,
-             v.proc_cpu_pct_mean] for v in facts.offload.variants
+             v.proc_cpu_pct_mean] for v in _variants(facts)
             if v.ran and (v.pcie_rx_gbs_mean is not None or v.cpu_pct_mean is not None)]
 
 
 def _what_rows(facts: Facts) -> list[list]:
     return [[v.variant, v.description, v.checkpointing or None, v.optimizer or None, v.pin_memory, v.ds_config]
-            for v in facts.offload.variants]
+            for v in _variants(facts)]
 
 
 def _check_rows(facts: Facts) -> list[list]:
     rows = []
-    for v in facts.offload.variants:
+    for v in _variants(facts):
         c = v.ckpt_check
         if c is None:
             continue
@@ -76,11 +81,10 @@ SLOW_LINK_COLUMNS = [Column("variant", key=True), Column("link", key=True), Colu
 def _slow_link_rows(facts: Facts) -> list[list]:
     return [[v.variant, w.link, w.h2d_gbs, w.d2h_gbs, w.copy_ms, w.exposed_copy_ms,
              w.exposed_copy_ms_if_overlap_scales, w.step_ms, w.slowdown_pct, w.stall_share]
-            for v in facts.offload.variants for w in v.link_whatif]
+            for v in _variants(facts) for w in v.link_whatif]
 
 
-def _slow_link_caption(facts: Facts) -> str:
-    o = facts.offload
+def _slow_link_caption(o: OffloadFacts) -> str:
     eff = "" if o.link_efficiency is None else f" ({100 * o.link_efficiency:.0f}% of this link's peak reached here)"
     text = ("Predicted, not measured: the same copies per step on a slower host link, at the bandwidth such a link "
             f"allows{eff}; copy time beyond the compute it overlapped here is exposed (docs/offload.md, What-if).")
@@ -93,12 +97,15 @@ def _slow_link_caption(facts: Facts) -> str:
 
 
 def _tables(facts: Facts) -> list[Table]:
+    o = facts.offload
+    if o is None:
+        return []
     slow = ([Table("offload-slower-link", SLOW_LINK_COLUMNS, _slow_link_rows, title="What-if: a slower host link",
-                   caption=_slow_link_caption(facts))]
-            if any(v.link_whatif for v in facts.offload.variants) else [])
+                   caption=_slow_link_caption(o))]
+            if any(v.link_whatif for v in o.variants) else [])
     return [
-        Table("offload", COLUMNS, _rows, caption=f"Against {facts.offload.reference!r}: layer checkpointing with "
-                                                  "everything on the device."),
+        Table("offload", COLUMNS, _rows, caption=f"Against {o.reference!r}: layer checkpointing with "
+                                                 "everything on the device."),
         Table("offload-copies", COPY_COLUMNS, _copy_rows, title="Copies and stalls (trace, per step)",
               caption="Stall = host-device copies with no kernel beside them + device idle waiting for the host, "
                       "as a share of the device's time."),
@@ -120,6 +127,8 @@ def _tables(facts: Facts) -> list[Table]:
 
 def _keys(facts: Facts) -> list[Key]:
     o = facts.offload
+    if o is None:
+        return []
     out = []
     if o.deepspeed:
         out.append(Key("deepspeed", "DeepSpeed", o.deepspeed))
@@ -134,7 +143,7 @@ def _keys(facts: Facts) -> list[Key]:
 
 
 def _peak(facts: Facts) -> float | None:
-    for v in facts.offload.variants:
+    for v in _variants(facts):
         if v.pcie_peak_gbs:
             return v.pcie_peak_gbs
     if facts.environment.pcie_peak_gbs:
@@ -144,6 +153,8 @@ def _peak(facts: Facts) -> float | None:
 
 def _plots(facts: Facts, run_dir: Path | None) -> list[tuple[str, str]]:
     o = facts.offload
+    if o is None:
+        return []
     ran = [v for v in o.variants if v.step_ms is not None]
     figs = []
     step = [Bar(v.variant, v.step_ms, color_for(v.variant, i), inner=v.exposed_copy_ms) for i, v in enumerate(ran)]
@@ -175,6 +186,8 @@ def _plots(facts: Facts, run_dir: Path | None) -> list[tuple[str, str]]:
 
 def _lead(facts: Facts) -> str:
     o = facts.offload
+    if o is None:
+        return ""
     return (f"Checkpointing with CPU offload, variant by variant, at batch {o.batch_size}, sequence {o.seq_len}, "
             f"{o.n_layers} layers, {o.dtype}; median of {o.measure_steps} steps after {o.warmup_steps} warm-up. "
             "Copies, overlap and stall come from the two profiled steps' trace; PCIe, utilisation and CPU from "
@@ -183,6 +196,8 @@ def _lead(facts: Facts) -> str:
 
 def _notes(facts: Facts) -> list[str]:
     o = facts.offload
+    if o is None:
+        return []
     return list(o.notes) + [f"{v.variant}: {n}" for v in o.variants for n in v.notes]
 
 

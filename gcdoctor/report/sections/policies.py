@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gcdoctor.facts import Facts
-from gcdoctor.recipe import describe, dominated, extras_words, pick, points, policy_words
+from gcdoctor.facts import Facts, PolicyFacts
+from gcdoctor.recipe import Point, describe, dominated, extras_words, pick, points, policy_words
 from gcdoctor.report.model import GIB, Column, Key, Section, Table
 from gcdoctor.report.svg import Mark, Series, line_plot
 
@@ -14,8 +14,8 @@ def _devices(facts: Facts) -> int:
     return facts.distributed.world_size if facts.distributed is not None else 1
 
 
-def _recipe(facts: Facts):
-    return pick(facts.policies, seq_len=facts.settings.seq_len or 1, devices=_devices(facts))
+def _recipe(facts: Facts, pf: PolicyFacts):
+    return pick(pf, seq_len=facts.settings.seq_len or 1, devices=_devices(facts))
 
 
 def _check(c) -> str | None:
@@ -29,27 +29,34 @@ def _check(c) -> str | None:
 
 
 def _candidate_rows(facts: Facts) -> list[list]:
+    pf = facts.policies
+    if pf is None:
+        return []
     rows = []
-    for c in facts.policies.candidates:
-        m = c.measurement
-        fits = m is not None and m.fits
+    for c in pf.candidates:
+        fit = c.measurement if c.measurement is not None and c.measurement.fits else None
         rows.append([c.label or policy_words(c.setting.policy), ", ".join(extras_words(c.setting)) or "default",
-                     c.predicted_largest_batch, c.largest_batch, m.tokens_per_s if fits else None,
-                     m.peak_allocated_bytes if fits else None, c.predicted_peak_bytes, _check(c), c.dropped,
-                     c.seconds])
+                     c.predicted_largest_batch, c.largest_batch, fit.tokens_per_s if fit is not None else None,
+                     fit.peak_allocated_bytes if fit is not None else None, c.predicted_peak_bytes, _check(c),
+                     c.dropped, c.seconds])
     return rows
 
 
 def _confirmation_rows(facts: Facts) -> list[list]:
+    pf = facts.policies
+    if pf is None:
+        return []
     return [[describe(c.choice), c.choice.predicted_tokens_per_s, c.tokens_per_s, c.off_pct,
              c.choice.predicted_peak_bytes, c.peak_allocated_bytes,
              "rejected: " + c.rejected if c.rejected else ("out of memory" if c.fits is False else "accepted"),
-             c.seconds] for c in facts.policies.confirmations]
+             c.seconds] for c in pf.confirmations]
 
 
 def _keys(facts: Facts) -> list[Key]:
-    choice, conf, _ = _recipe(facts)
     pf = facts.policies
+    if pf is None:
+        return []
+    choice, conf, _ = _recipe(facts, pf)
     out = []
     if choice is not None:
         out.append(Key("recipe", "recipe", describe(choice), compare=True))
@@ -70,6 +77,9 @@ def _keys(facts: Facts) -> list[Key]:
 
 
 def _tables(facts: Facts) -> list[Table]:
+    pf = facts.policies
+    if pf is None:
+        return []
     out = [Table("policies", [
         Column("policy", key=True), Column("with", "text", key=True), Column("predicted largest batch", "int"),
         Column("largest batch", "int", compare=True), Column("throughput", "tok/s", compare=True),
@@ -77,7 +87,7 @@ def _tables(facts: Facts) -> list[Table]:
         Column("does what it claims", "text"), Column("dropped", "text"), Column("search", "s")],
         _candidate_rows, caption="Each setting measured once on the full model near the largest batch the memory "
                                  "model predicts for it.")]
-    if facts.policies.confirmations:
+    if pf.confirmations:
         out.append(Table("confirmations", [
             Column("setting", key=True), Column("predicted", "tok/s"), Column("confirmed", "tok/s", compare=True),
             Column("off", "pct+"), Column("predicted peak", "bytes"), Column("confirmed peak", "bytes"),
@@ -86,9 +96,17 @@ def _tables(facts: Facts) -> list[Table]:
     return out
 
 
+def _gib_vs_tokens(pts: list[Point]) -> list[tuple[float, float]]:
+    """(peak GiB, tokens/s) of each point that has a peak."""
+    return [(p.peak_bytes / GIB, p.tokens_per_s) for p in pts if p.peak_bytes is not None]
+
+
 def pareto_plot(facts: Facts) -> str:
     """Peak memory against tokens/s, every measured setting, the frontier apart, the recipe marked."""
-    pts = points(facts.policies, dropped=True)
+    pf = facts.policies
+    if pf is None:
+        return ""
+    pts = points(pf, dropped=True)
     if not pts:
         return ""
     live = [p for p in pts if not p.candidate.dropped]
@@ -102,13 +120,10 @@ def pareto_plot(facts: Facts) -> str:
 
     series = []
     if front:
-        series.append(Series("not dominated", [(p.peak_bytes / GIB, p.tokens_per_s) for p in front], "#0072B2",
-                             labels=[label(p) for p in front]))
+        series.append(Series("not dominated", _gib_vs_tokens(front), "#0072B2", labels=[label(p) for p in front]))
     if rest:
-        series.append(Series("dominated or dropped", [(p.peak_bytes / GIB, p.tokens_per_s)
-                                                                   for p in rest], "#999999",
-                             labels=[label(p) for p in rest]))
-    choice, conf, _ = _recipe(facts)
+        series.append(Series("dominated or dropped", _gib_vs_tokens(rest), "#999999", labels=[label(p) for p in rest]))
+    choice, conf, _ = _recipe(facts, pf)
     marks = []
     if choice is not None and choice.predicted_peak_bytes is not None and choice.predicted_tokens_per_s:
         said = (f"recipe, confirmed {conf.tokens_per_s:,.0f} tok/s" if conf is not None and conf.tokens_per_s
@@ -127,7 +142,7 @@ def _plots(facts: Facts, run_dir: Path | None) -> list[tuple[str, str]]:
 
 
 def _notes(facts: Facts) -> list[str]:
-    return list(facts.policies.notes)
+    return list(facts.policies.notes) if facts.policies is not None else []
 
 
 SECTION = Section(

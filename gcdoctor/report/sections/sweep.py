@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gcdoctor.facts import Facts, SweepFacts
+from gcdoctor.facts import Facts, Measurement, SweepFacts
+from gcdoctor.facts.sweep import SnapshotFacts
 from gcdoctor.facts.views import EqualBatch, memory_limit_bytes
 from gcdoctor.report.model import GIB, MIB, Column, Key, Section, Table, format_value
 from gcdoctor.report.svg import HLine, Mark, Series, color_for, line_plot
@@ -36,8 +37,8 @@ def first_oom(s: SweepFacts, variant: str) -> tuple[int, str | None] | None:
     return min(fails, key=lambda f: f[0]) if fails else None
 
 
-def _keys(facts: Facts) -> list[Key]:
-    s = facts.sweep
+def _max_batch_keys(s: SweepFacts) -> list[Key]:
+    """Each variant's largest batch (and its first OOM), and what checkpointing gained."""
     out: list[Key] = []
     for v in variants_of(s):
         if v in s.max_batch:
@@ -47,25 +48,39 @@ def _keys(facts: Facts) -> list[Key]:
     off, on = s.max_batch.get("no_gc"), s.max_batch.get("gc")
     if off and on and s.searched:
         out.append(Key("max-batch-gain", "batch gain from checkpointing", on / off, "x"))
+    return out
+
+
+def _equal_batch_keys(s: SweepFacts) -> list[Key]:
+    """Both variants at the largest batch both measured: step time, activations and peak saved."""
     common = s.common_batches()
-    if common:
-        b = common[-1]
-        m_off, m_on = s.get("no_gc", b), s.get("gc", b)
-        out.append(Key("equal-batch", "compared at equal batch", b, "int"))
-        if m_off.step_ms_median and m_on.step_ms_median:
-            out.append(Key("step-ms-no_gc", "step time without checkpointing", m_off.step_ms_median, "ms"))
-            out.append(Key("step-ms-gc", "step time with checkpointing", m_on.step_ms_median, "ms"))
-            out.append(Key("overhead", "checkpointing's step-time overhead",
-                           EqualBatch(b, m_off, m_on).overhead_pct, "pct+"))
-        a_off, a_on = m_off.activation_peak_bytes, m_on.activation_peak_bytes
-        if a_off and a_on is not None:
-            out.append(Key("activations-no_gc", "activation memory without checkpointing", a_off, "bytes"))
-            out.append(Key("activations-gc", "activation memory with checkpointing", a_on, "bytes"))
-            out.append(Key("activation-saving", "activation memory saved", EqualBatch(b, m_off, m_on).activation_saving_pct,
-                           "pct"))
-        if m_off.peak_allocated_bytes and m_on.peak_allocated_bytes is not None:
-            out.append(Key("peak-saving", "total peak saved", 100 * (1 - m_on.peak_allocated_bytes
-                                                                     / m_off.peak_allocated_bytes), "pct"))
+    if not common:
+        return []
+    b = common[-1]
+    out = [Key("equal-batch", "compared at equal batch", b, "int")]
+    m_off, m_on = s.get("no_gc", b), s.get("gc", b)
+    if m_off is None or m_on is None:  # common_batches holds only batches both measured and fitting
+        return out
+    if m_off.step_ms_median and m_on.step_ms_median:
+        out.append(Key("step-ms-no_gc", "step time without checkpointing", m_off.step_ms_median, "ms"))
+        out.append(Key("step-ms-gc", "step time with checkpointing", m_on.step_ms_median, "ms"))
+        out.append(Key("overhead", "checkpointing's step-time overhead",
+                       EqualBatch(b, m_off, m_on).overhead_pct, "pct+"))
+    a_off, a_on = m_off.activation_peak_bytes, m_on.activation_peak_bytes
+    if a_off and a_on is not None:
+        out.append(Key("activations-no_gc", "activation memory without checkpointing", a_off, "bytes"))
+        out.append(Key("activations-gc", "activation memory with checkpointing", a_on, "bytes"))
+        out.append(Key("activation-saving", "activation memory saved", EqualBatch(b, m_off, m_on).activation_saving_pct,
+                       "pct"))
+    if m_off.peak_allocated_bytes and m_on.peak_allocated_bytes is not None:
+        out.append(Key("peak-saving", "total peak saved", 100 * (1 - m_on.peak_allocated_bytes
+                                                                 / m_off.peak_allocated_bytes), "pct"))
+    return out
+
+
+def _search_keys(s: SweepFacts) -> list[Key]:
+    """Throughput at each largest batch, how each boundary was searched, and the sweep's wall time."""
+    out: list[Key] = []
     for v in variants_of(s):
         b = s.max_batch.get(v)
         m = s.get(v, b) if b else None
@@ -83,6 +98,13 @@ def _keys(facts: Facts) -> list[Key]:
     return out
 
 
+def _keys(facts: Facts) -> list[Key]:
+    s = facts.sweep
+    if s is None:
+        return []
+    return _max_batch_keys(s) + _equal_batch_keys(s) + _search_keys(s)
+
+
 SWEEP_COLUMNS = [Column("variant", key=True), Column("batch", "int", key=True), Column("result", "text"),
                  Column("step", "ms", compare=True), Column("spread", "text"), Column("throughput", "tok/s", compare=True),
                  Column("MFU", "share", compare=True), Column("peak allocated", "bytes", compare=True),
@@ -90,9 +112,15 @@ SWEEP_COLUMNS = [Column("variant", key=True), Column("batch", "int", key=True), 
                  Column("peak phase", "text"), Column("predicted peak", "bytes")]
 
 
+def _sorted_measurements(facts: Facts) -> list[Measurement]:
+    """The sweep's measurements, without checkpointing first, by batch."""
+    s = facts.sweep
+    return sorted(s.measurements, key=lambda m: (m.variant != "no_gc", m.batch_size)) if s is not None else []
+
+
 def sweep_rows(facts: Facts) -> list[list]:
     rows = []
-    for m in sorted(facts.sweep.measurements, key=lambda m: (m.variant != "no_gc", m.batch_size)):
+    for m in _sorted_measurements(facts):
         if not m.fits:
             kind = f", {m.oom.kind}" if m.oom is not None and m.oom.kind != "unknown" else ""
             rows.append([m.variant, m.batch_size, f"OOM ({m.oom_phase}{kind})"] + [None] * 8 + [m.predicted_peak_bytes])
@@ -107,33 +135,43 @@ def sweep_rows(facts: Facts) -> list[list]:
 def _phase_rows(facts: Facts) -> list[list]:
     return [[m.variant, m.batch_size, m.forward_ms_median, m.backward_ms_median, m.optimizer_ms_median, m.param_bytes,
              m.grad_bytes, m.optimizer_state_bytes, m.activation_after_forward_bytes]
-            for m in sorted(facts.sweep.measurements, key=lambda m: (m.variant != "no_gc", m.batch_size)) if m.fits]
+            for m in _sorted_measurements(facts) if m.fits]
 
 
 def _trial_rows(facts: Facts) -> list[list]:
     return [[t.variant, t.batch_size, t.fits, t.peak_allocated_bytes, t.oom_phase, t.oom_kind, t.seconds]
-            for t in facts.sweep.trials]
+            for t in (facts.sweep.trials if facts.sweep is not None else [])]
 
 
 def _oom_rows(facts: Facts) -> list[list]:
     """Each OOM read and classified (gcdoctor.backends.oom)."""
     return [[m.variant, m.batch_size, m.oom.phase, m.oom.kind, m.oom.request_bytes, m.oom.allocated_bytes,
              m.oom.reserved_unallocated_bytes, m.oom.headroom_bytes, m.oom.spelling]
-            for m in sorted(facts.sweep.measurements, key=lambda m: (m.variant != "no_gc", m.batch_size))
-            if not m.fits and m.oom is not None]
+            for m in _sorted_measurements(facts) if not m.fits and m.oom is not None]
+
+
+def _snapshot(facts: Facts) -> SnapshotFacts | None:
+    return facts.sweep.snapshot if facts.sweep is not None else None
 
 
 def _snapshot_rows(facts: Facts) -> list[list]:
-    snap = facts.sweep.snapshot
+    snap = _snapshot(facts)
+    if snap is None:
+        return []
     total = sum(snap.by_kind_bytes.values()) or 1
     return [[k, v, 100.0 * v / total] for k, v in sorted(snap.by_kind_bytes.items(), key=lambda kv: -kv[1])]
 
 
 def _largest_rows(facts: Facts) -> list[list]:
-    return [[i + 1, t.bytes, t.kind, t.frame] for i, t in enumerate(facts.sweep.snapshot.largest)]
+    snap = _snapshot(facts)
+    return [[i + 1, t.bytes, t.kind, t.frame] for i, t in enumerate(snap.largest)] if snap is not None else []
 
 
 def _tables(facts: Facts) -> list[Table]:
+    s = facts.sweep
+    if s is None:
+        return []
+    snap = s.snapshot
     return [
         Table("sweep", SWEEP_COLUMNS, sweep_rows),
         Table("phases", [Column("variant", key=True), Column("batch", "int", key=True),
@@ -145,7 +183,7 @@ def _tables(facts: Facts) -> list[Table]:
         Table("trials", [Column("variant", key=True), Column("batch", "int", key=True), Column("fits", "text"),
                          Column("peak allocated", "bytes"), Column("OOM phase", "text"), Column("OOM kind", "text"),
                          Column("seconds", "s")], _trial_rows,
-              title=f"Batch search: {len(facts.sweep.trials)} trials", fold=True),
+              title=f"Batch search: {len(s.trials)} trials", fold=True),
     ] + ([Table("ooms", [Column("variant", key=True), Column("batch", "int", key=True), Column("phase", "text"),
                          Column("kind", "text"), Column("request", "bytes"), Column("allocated", "bytes"),
                          Column("cached, unallocated", "bytes"), Column("device could still give", "bytes"),
@@ -153,15 +191,14 @@ def _tables(facts: Facts) -> list[Table]:
                 title="Out-of-memory errors, read from the allocator at the failure",
                 caption="fragmentation: the cached free bytes held the request, not in one block; mixed: cache and "
                         "free device memory together held it; capacity: allocated plus the request exceed what the "
-                        "process can have.")] if any(not m.fits and m.oom for m in facts.sweep.measurements) else []
+                        "process can have.")] if any(not m.fits and m.oom for m in s.measurements) else []
     ) + ([Table("snapshot", [Column("kind", key=True), Column("live at the peak", "bytes", compare=True),
                               Column("share", "pct")], _snapshot_rows,
-                title=f"Memory snapshot: what is alive at the peak ({facts.sweep.snapshot.variant}, batch "
-                      f"{facts.sweep.snapshot.batch_size})",
-                caption=f"{facts.sweep.snapshot.path}: open at pytorch.org/memory_viz."),
+                title=f"Memory snapshot: what is alive at the peak ({snap.variant}, batch {snap.batch_size})",
+                caption=f"{snap.path}: open at pytorch.org/memory_viz."),
           Table("snapshot-largest", [Column("#", "int", key=True), Column("bytes", "bytes"), Column("kind", "text"),
                                      Column("allocated at", "text")], _largest_rows,
-                title="Largest tensors alive at the peak", fold=True)] if facts.sweep.snapshot else [])
+                title="Largest tensors alive at the peak", fold=True)] if snap else [])
 
 
 def memory_limit(facts: Facts, run_dir: Path | None) -> tuple[int, str] | None:
@@ -181,54 +218,79 @@ def memory_limit(facts: Facts, run_dir: Path | None) -> tuple[int, str] | None:
     return None
 
 
-def _memory_plot(facts: Facts, limit: tuple[int, str] | None) -> str:
-    s = facts.sweep
-    all_peaks = [m.peak_allocated_bytes for m in s.measurements if m.peak_allocated_bytes] + \
-                [t.peak_allocated_bytes for t in s.trials if t.peak_allocated_bytes]
-    any_oom = any(first_oom(s, v) for v in variants_of(s))
-    # a limit far above every peak would squash the curves flat: draw it only where it matters
-    draw_limit = limit is not None and (any_oom or max(all_peaks, default=0) >= 0.25 * limit[0])
-    top = max(all_peaks + ([limit[0]] if draw_limit else []), default=0)
-    unit, div = ("GiB", GIB) if top >= GIB else ("MiB", MIB)
-    series, marks = [], []
+def _all_peaks(s: SweepFacts) -> list[int]:
+    return [m.peak_allocated_bytes for m in s.measurements if m.peak_allocated_bytes] + \
+           [t.peak_allocated_bytes for t in s.trials if t.peak_allocated_bytes]
+
+
+def _measured_peaks(s: SweepFacts, variant: str) -> dict[int, int]:
+    """Batch -> peak allocated of one variant: the fitting measurements', else the search trials'."""
+    pts = {m.batch_size: m.peak_allocated_bytes for m in s.measurements
+           if m.variant == variant and m.fits and m.peak_allocated_bytes}
+    for t in s.trials:
+        if t.variant == variant and t.fits and t.peak_allocated_bytes and t.batch_size not in pts:
+            pts[t.batch_size] = t.peak_allocated_bytes
+    return pts
+
+
+def _predicted_peaks(facts: Facts, s: SweepFacts, variant: str) -> dict[int, int]:
+    """Batch -> predicted peak of one variant: the measurements' predictions, else the memory model's points."""
+    pred = {m.batch_size: m.predicted_peak_bytes for m in s.measurements
+            if m.variant == variant and m.predicted_peak_bytes}
+    for p in getattr(facts.memory_model, "points", None) or []:
+        if p.variant == variant and p.peak_bytes and p.batch_size not in pred:
+            pred[p.batch_size] = p.peak_bytes
+    return pred
+
+
+def _peak_curves(facts: Facts, s: SweepFacts, div: float, oom_y: float) -> tuple[list[Series], list[Mark]]:
+    """Each variant's measured peaks, its predicted ones (dashed) and its first OOM marked at `oom_y`."""
+    series: list[Series] = []
+    marks: list[Mark] = []
     for i, v in enumerate(variants_of(s)):
-        pts = {m.batch_size: m.peak_allocated_bytes for m in s.measurements
-               if m.variant == v and m.fits and m.peak_allocated_bytes}
-        for t in s.trials:
-            if t.variant == v and t.fits and t.peak_allocated_bytes and t.batch_size not in pts:
-                pts[t.batch_size] = t.peak_allocated_bytes
         color = color_for(v, i)
-        series.append(Series(v, [(b, p / div) for b, p in pts.items()], color))
-        pred = {m.batch_size: m.predicted_peak_bytes for m in s.measurements
-                if m.variant == v and m.predicted_peak_bytes}
-        for p in getattr(facts.memory_model, "points", None) or []:
-            if p.variant == v and p.peak_bytes and p.batch_size not in pred:
-                pred[p.batch_size] = p.peak_bytes
+        series.append(Series(v, [(b, p / div) for b, p in _measured_peaks(s, v).items()], color))
+        pred = _predicted_peaks(facts, s, v)
         if pred:
             series.append(Series(f"{v} predicted", [(b, p / div) for b, p in pred.items()], color, dashed=True,
                                  markers=False))
         oom = first_oom(s, v)
         if oom:
-            y = (limit[0] if limit and draw_limit else top) / div
             # alternate labels above and below the limit line so two OOM points never overprint
-            marks.append(Mark(oom[0], y, f"{v} OOM at {oom[0]}", color=color, dy=-7.0 if len(marks) % 2 == 0 else 16.0))
-    hlines = [HLine(limit[0] / div, f"{limit[1]} {limit[0] / div:,.2f} {unit}")] if draw_limit else []
+            marks.append(Mark(oom[0], oom_y, f"{v} OOM at {oom[0]}", color=color,
+                              dy=-7.0 if len(marks) % 2 == 0 else 16.0))
+    return series, marks
+
+
+def _memory_plot(facts: Facts, limit: tuple[int, str] | None) -> str:
+    s = facts.sweep
+    if s is None:
+        return ""
+    all_peaks = _all_peaks(s)
+    any_oom = any(first_oom(s, v) for v in variants_of(s))
+    # a limit far above every peak would squash the curves flat: draw it only where it matters
+    drawn = limit if limit is not None and (any_oom or max(all_peaks, default=0) >= 0.25 * limit[0]) else None
+    top = max(all_peaks + ([drawn[0]] if drawn else []), default=0)
+    unit, div = ("GiB", GIB) if top >= GIB else ("MiB", MIB)
+    series, marks = _peak_curves(facts, s, div, (drawn[0] if drawn else top) / div)
+    hlines = [HLine(drawn[0] / div, f"{drawn[1]} {drawn[0] / div:,.2f} {unit}")] if drawn else []
     return line_plot(series, title="Peak allocated memory versus batch size", x_label="batch size (log scale)",
                      y_label=f"peak allocated ({unit})", x_log2=True, marks=marks, hlines=hlines)
 
 
-def _metric_plot(facts: Facts, attr: str, title: str, y_label: str) -> str:
-    s = facts.sweep
+def _metric_plot(s: SweepFacts, attr: str, title: str, y_label: str) -> str:
     series = []
     for i, v in enumerate(variants_of(s)):
-        pts = [(m.batch_size, getattr(m, attr)) for m in s.measurements if m.variant == v and m.fits
-               and getattr(m, attr) is not None]
+        pts: list[tuple[float, float]] = [(m.batch_size, getattr(m, attr)) for m in s.measurements
+                                          if m.variant == v and m.fits and getattr(m, attr) is not None]
         series.append(Series(v, pts, color_for(v, i)))
     return line_plot(series, title=title, x_label="batch size (log scale)", y_label=y_label, x_log2=True)
 
 
 def _plots(facts: Facts, run_dir: Path | None) -> list[tuple[str, str]]:
     s = facts.sweep
+    if s is None:
+        return []
     limit = memory_limit(facts, run_dir)
     caption = "Peak allocated memory per step; × marks the smallest batch that ran out of memory."
     if any(m.predicted_peak_bytes for m in s.measurements) or getattr(facts.memory_model, "points", None):
@@ -237,14 +299,16 @@ def _plots(facts: Facts, run_dir: Path | None) -> list[tuple[str, str]]:
     if limit and peaks and not any(first_oom(s, v) for v in variants_of(s)) and max(peaks) < 0.25 * limit[0]:
         caption += f" The {limit[1]} ({format_value(limit[0], 'bytes')}) is far above every peak and not drawn."
     return [(_memory_plot(facts, limit), caption),
-            (_metric_plot(facts, "step_ms_median", "Step time versus batch size", "median step (ms)"),
+            (_metric_plot(s, "step_ms_median", "Step time versus batch size", "median step (ms)"),
              "Median step time (forward, loss, backward, optimizer), unprofiled."),
-            (_metric_plot(facts, "tokens_per_s", "Throughput versus batch size", "tokens/s"),
+            (_metric_plot(s, "tokens_per_s", "Throughput versus batch size", "tokens/s"),
              "Tokens per second = batch × sequence / median step.")]
 
 
 def _lead(facts: Facts) -> str:
     s, st = facts.sweep, facts.settings
+    if s is None:
+        return ""
     return (f"Checkpointing off (no_gc) and layer-level on (gc{', ' + s.gc_api if s.gc_api else ''}); each point is "
             f"the median of {st.measure_steps} synchronised steps after {st.warmup_steps} warm-up (forward, loss, "
             f"backward, {st.optimizer} step), sequence {st.seq_len}, {st.dtype}. Activations = peak minus model "

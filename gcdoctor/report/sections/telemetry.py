@@ -53,8 +53,8 @@ def read_telemetry_csv(path: Path) -> tuple[list[float], dict[str, list[float | 
             return [], {}
         wi = header.index("wall_time_s")
         names = [(i, h) for i, h in enumerate(header) if h not in ("t_monotonic_s", "wall_time_s")]
-        for h in names:
-            series[h[1]] = []
+        for _, h in names:
+            series[h] = []
         for row in reader:
             try:
                 walls.append(float(row[wi]))
@@ -107,8 +107,36 @@ def _csv_path(facts: Facts, run_dir: Path | None) -> Path | None:
     return p if p.is_file() else None
 
 
+def _step_bands(steps: list[StepSpan], t_origin: float) -> list[Band]:
+    """Every step shaded by its variant (one band per measurement beyond MAX_BANDS steps)."""
+    colors = {v: color_for(v, i) for i, v in enumerate(dict.fromkeys(s.variant for s in steps))}
+    spans = steps if len(steps) <= MAX_BANDS else _merge_spans(steps)
+    return [Band(s.t0 - t_origin, s.t1 - t_origin, colors[s.variant],
+                 0.10 if s.phase in ("warmup", "search") else 0.22,
+                 f"{s.probe} {s.variant} batch {s.batch_size} ({s.phase}), {1e3 * (s.t1 - s.t0):,.0f} ms")
+            for s in spans]
+
+
+def _panel_names(templates: list[str], devices: list[str], series: dict[str, list[float | None]]) -> list[str]:
+    """A panel's series, one per device where the template has one, that hold at least one value."""
+    names: list[str] = []
+    for t in templates:
+        names += [t.format(d=d) for d in devices] if "{d}" in t else [t]
+    return [n for n in names if n in series and any(v is not None for v in series[n])]
+
+
+def _panel_scale(unit: str, names: list[str], series: dict[str, list[float | None]]) -> tuple[float, str]:
+    """The divisor and the unit shown: bytes in GiB or MiB, anything else as recorded."""
+    if unit != "bytes":
+        return 1.0, unit
+    top = max(v for n in names for v in series[n] if v is not None)
+    return (GIB, "GiB") if top >= GIB else (MIB, "MiB")
+
+
 def timeline(facts: Facts, run_dir: Path | None) -> list[tuple[str, str]]:
     """Small multiples over wall time with every step shaded by variant; [] when there is no data."""
+    if run_dir is None:
+        return []
     csv_path = _csv_path(facts, run_dir)
     if csv_path is None:
         return []
@@ -118,32 +146,19 @@ def timeline(facts: Facts, run_dir: Path | None) -> list[tuple[str, str]]:
     ev = Path(run_dir) / "events.jsonl"
     steps = read_steps(ev) if ev.is_file() else []
     t_origin = min([walls[0]] + [s.t0 for s in steps])
-    variants = list(dict.fromkeys(s.variant for s in steps))
-    colors = {v: color_for(v, i) for i, v in enumerate(variants)}
-    spans = steps if len(steps) <= MAX_BANDS else _merge_spans(steps)
-    bands = [Band(s.t0 - t_origin, s.t1 - t_origin, colors[s.variant],
-                  0.10 if s.phase in ("warmup", "search") else 0.22,
-                  f"{s.probe} {s.variant} batch {s.batch_size} ({s.phase}), {1e3 * (s.t1 - s.t0):,.0f} ms")
-             for s in spans]
+    bands = _step_bands(steps, t_origin)
     x_range = (0.0, max([walls[-1]] + [s.t1 for s in steps]) - t_origin)
     devices = sorted({m.group(1) for name in series for m in [re.match(r"^(gpu\d+)\.", name)] if m})
-    legend = ", ".join(variants)
+    legend = ", ".join(dict.fromkeys(s.variant for s in steps))
     figs: list[tuple[str, str]] = []
     for title, unit, templates in PANELS:
-        names: list[str] = []
-        for t in templates:
-            names += [t.format(d=d) for d in devices] if "{d}" in t else [t]
-        present = [n for n in names if n in series and any(v is not None for v in series[n])]
-        if not present:
+        names = _panel_names(templates, devices, series)
+        if not names:
             continue
-        div, shown_unit = 1.0, unit
-        if unit == "bytes":
-            top = max(v for n in present for v in series[n] if v is not None)
-            div, shown_unit = (GIB, "GiB") if top >= GIB else (MIB, "MiB")
-        plot_series = []
-        for i, n in enumerate(present):
-            pts = [(w - t_origin, v / div) for w, v in zip(walls, series[n]) if v is not None]
-            plot_series.append(Series(n, downsample(pts), PALETTE[(i + 2) % len(PALETTE)], markers=False))
+        div, shown_unit = _panel_scale(unit, names, series)
+        plot_series = [Series(n, downsample([(w - t_origin, v / div) for w, v in zip(walls, series[n])
+                                             if v is not None]), PALETTE[(i + 2) % len(PALETTE)], markers=False)
+                       for i, n in enumerate(names)]
         svg = line_plot(plot_series, title=f"{title} over the run", x_label="seconds since the run started",
                         y_label=shown_unit, bands=bands, width=1040, height=200, x_range=x_range)
         figs.append((svg, f"{title} ({shown_unit}); shaded: training steps, coloured by variant "
@@ -182,6 +197,11 @@ def _summary_rows(facts: Facts) -> list[list]:
     return rows
 
 
+def _missing_rows(facts: Facts) -> list[list]:
+    t = facts.telemetry
+    return sorted([k, v] for k, v in t.unavailable.items()) if t is not None else []
+
+
 def _tables(facts: Facts) -> list[Table]:
     ms = [m for m in (facts.sweep.measurements if facts.sweep else []) if m.telemetry]
     names = list(dict.fromkeys(n for m in ms for n in m.telemetry))[:8]
@@ -191,7 +211,7 @@ def _tables(facts: Facts) -> list[Table]:
     t = facts.telemetry
     if t is not None and t.unavailable:
         out.append(Table("telemetry-missing", [Column("series", key=True), Column("why", "text")],
-                         lambda f: sorted([k, v] for k, v in f.telemetry.unavailable.items()),
+                         _missing_rows,
                          title=f"{len(t.unavailable)} series not measured", fold=True))
     return out
 
