@@ -134,74 +134,106 @@ def unjudged_reasons(facts: Facts, verdicts: list[Verdict]) -> list[tuple[str, s
     return out
 
 
-def bottom_line(verdicts: list[Verdict], title: str, problems: list[str] | None = None,
-                width: int = WIDTH, max_lines: int = MAX_LINES,
-                unjudged: list[tuple[str, str]] | None = None) -> list[Row]:
-    """The rows, title first, at most `max_lines` of at most `width` columns."""
+@dataclass
+class _Selection:
+    """The verdicts the bottom line draws on, by the role each plays in it."""
+
+    prescription: list[Verdict]
+    fired: list[Verdict]  # configuration verdicts that fired
+    passed: list[Verdict]  # configuration verdicts that passed with a line of their own
+    passed_quiet: list[Verdict]  # ... and without one
+    experiments: list[Verdict]
+    errors: list[Verdict]  # experiment rules that raised
+    findings: list[Verdict]  # the device findings offered a row
+
+
+def _select(verdicts: list[Verdict]) -> _Selection:
     ordered = sorted(verdicts, key=verdict_order)
     prescription = [v for v in ordered if v.topic == PRESCRIPTION and (v.status != "inconclusive" or v.line)]
     folded = {code for v in prescription if v.status == "fired" for code in v.folds}
     ordered = [v for v in ordered if v.code not in folded or v.status == "error"]
     config = [v for v in ordered if v.scope != EXPERIMENT and v.topic != PRESCRIPTION]
-    fired = [v for v in config if v.status in ("fired", "error")]
-    passed = [v for v in config if v.status == "passed" and v.line]
-    passed_quiet = [v for v in config if v.status == "passed" and not v.line]
     experiments = [v for v in ordered if v.scope == EXPERIMENT]
-    errors = [v for v in experiments if v.status == "error"]
-    findings = [v for v in experiments if v.line and v.status == "fired"][:MAX_DEVICE_FINDINGS]
+    return _Selection(
+        prescription=prescription,
+        fired=[v for v in config if v.status in ("fired", "error")],
+        passed=[v for v in config if v.status == "passed" and v.line],
+        passed_quiet=[v for v in config if v.status == "passed" and not v.line],
+        experiments=experiments,
+        errors=[v for v in experiments if v.status == "error"],
+        findings=[v for v in experiments if v.line and v.status == "fired"][:MAX_DEVICE_FINDINGS])
 
-    # candidate blocks in priority order; each is shown whole or not at all
-    blocks: list[tuple[str, list[Row]]] = []
-    for p in problems or []:
-        blocks.append(("problem", _wrap("stop", p, None, width)))
-    for v in fired + errors:
-        blocks.append(("fired", _wrap(MARK.get(v.severity, "?"), _text(v), (v.code, v.subject), width)))
-    for v in passed:  # the healthy answers ("costs +22 %, saves 67 %") come before advice
-        blocks.append(("ok", _wrap("ok", _text(v), (v.code, v.subject), width)))
-    for v in prescription:
-        blocks.append(("use", _wrap("use" if v.status != "inconclusive" else "?", _text(v),
-                                    (v.code, v.subject), width)))
-    for v in findings:
-        blocks.append(("dev", _wrap("dev", _text(v), (v.code, v.subject), width)))
-    if not fired and not errors and not problems and not passed:
-        if passed_quiet:  # rules that passed without a line of their own: say they did
-            codes = ", ".join(sorted({v.code for v in passed_quiet}))
-            blocks.insert(0, ("healthy", _wrap("ok", f"no problem found in what you train: {codes} passed", None,
-                                               width)))
-        elif unjudged:  # say why: the first reason, and how many rules gave one
-            code, reason = unjudged[0]
-            more = f"; {len(unjudged) - 1} more reasons in the report" if len(unjudged) > 1 else ""
-            blocks.insert(0, ("healthy", _wrap("?", f"nothing about your configuration could be judged: {reason} "
-                                                    f"({code}{more})", None, width)))
-        else:
-            blocks.insert(0, ("healthy", _wrap("?", "nothing about your configuration could be judged from "
-                                                    "what was measured", None, width)))
 
-    titles = [Row("", t.strip(), title=True, cont=i > 0) for i, t in enumerate(
-        textwrap.wrap(f"Bottom line: {title}", width, subsequent_indent="  ", break_on_hyphens=False))]
+def _verdict_block(kind: str, mark: str, v: Verdict, width: int) -> tuple[str, list[Row]]:
+    return kind, _wrap(mark, _text(v), (v.code, v.subject), width)
+
+
+def _healthy_block(sel: _Selection, unjudged: list[tuple[str, str]] | None, width: int) -> list[Row]:
+    """The row that says why nothing fired: the rules that passed quietly, or why nothing was judged."""
+    if sel.passed_quiet:  # rules that passed without a line of their own: say they did
+        codes = ", ".join(sorted({v.code for v in sel.passed_quiet}))
+        return _wrap("ok", f"no problem found in what you train: {codes} passed", None, width)
+    if unjudged:  # say why: the first reason, and how many rules gave one
+        code, reason = unjudged[0]
+        more = f"; {len(unjudged) - 1} more reasons in the report" if len(unjudged) > 1 else ""
+        return _wrap("?", f"nothing about your configuration could be judged: {reason} ({code}{more})", None, width)
+    return _wrap("?", "nothing about your configuration could be judged from what was measured", None, width)
+
+
+def _blocks(sel: _Selection, problems: list[str] | None, unjudged: list[tuple[str, str]] | None,
+            width: int) -> list[tuple[str, list[Row]]]:
+    """The candidate blocks in priority order, the recipe first; each is shown whole or not at all."""
+    blocks: list[tuple[str, list[Row]]] = [("problem", _wrap("stop", p, None, width)) for p in problems or []]
+    blocks += [_verdict_block("fired", MARK.get(v.severity, "?"), v, width) for v in sel.fired + sel.errors]
+    # the healthy answers ("costs +22 %, saves 67 %") come before advice
+    blocks += [_verdict_block("ok", "ok", v, width) for v in sel.passed]
+    blocks += [_verdict_block("use", "use" if v.status != "inconclusive" else "?", v, width)
+               for v in sel.prescription]
+    blocks += [_verdict_block("dev", "dev", v, width) for v in sel.findings]
+    if not sel.fired and not sel.errors and not problems and not sel.passed:
+        blocks.insert(0, ("healthy", _healthy_block(sel, unjudged, width)))
     # the recipe is placed first and always shown: it is never the block that is cut
     blocks.sort(key=lambda b: b[0] != "use")
-    order = ["use", "problem", "healthy", "fired", "ok", "dev"]
+    return blocks
+
+
+def _fill(blocks: list[tuple[str, list[Row]]], budget: int) -> tuple[list[tuple[str, list[Row]]], dict[str, int]]:
+    """The blocks that fit `budget` rows in priority order (the recipe always), and how many of each
+    kind were left out."""
+    shown: list[tuple[str, list[Row]]] = []
+    used = 0
+    left_out: dict[str, int] = {}
+    for kind, rows in blocks:
+        if kind == "use" or used + len(rows) <= budget:
+            shown.append((kind, rows))
+            used += len(rows)
+        else:
+            left_out[kind] = left_out.get(kind, 0) + 1
+    return shown, left_out
+
+
+BLOCK_ORDER = ["use", "problem", "healthy", "fired", "ok", "dev"]
+
+
+def bottom_line(verdicts: list[Verdict], title: str, problems: list[str] | None = None,
+                width: int = WIDTH, max_lines: int = MAX_LINES,
+                unjudged: list[tuple[str, str]] | None = None) -> list[Row]:
+    """The rows, title first, at most `max_lines` of at most `width` columns."""
+    sel = _select(verdicts)
+    blocks = _blocks(sel, problems, unjudged, width)
+    titles = [Row("", t.strip(), title=True, cont=i > 0) for i, t in enumerate(
+        textwrap.wrap(f"Bottom line: {title}", width, subsequent_indent="  ", break_on_hyphens=False))]
     pointer_len = 1  # rows kept for the pointer to the rest; more if it wraps
     while True:
-        budget = max_lines - len(titles) - pointer_len
-        shown: list[tuple[str, list[Row]]] = []
-        used = 0
-        left_out: dict[str, int] = {}
-        for kind, rows in blocks:
-            if kind == "use" or used + len(rows) <= budget:
-                shown.append((kind, rows))
-                used += len(rows)
-            else:
-                left_out[kind] = left_out.get(kind, 0) + 1
+        shown, left_out = _fill(blocks, max_lines - len(titles) - pointer_len)
         # a device finding left out for room counts among the ones "below"
         shown_dev = {rows[0].key for kind, rows in shown if kind == "dev"}
-        pointer = _pointer(experiments, [v for v in findings if (v.code, v.subject) in shown_dev], left_out)
+        pointer = _pointer(sel.experiments, [v for v in sel.findings if (v.code, v.subject) in shown_dev], left_out)
         pointer_rows = _wrap("...", pointer, None, width) if pointer else []
         if len(pointer_rows) <= pointer_len or pointer_len >= max_lines:
             break
         pointer_len = len(pointer_rows)  # the pointer wraps: fill again with the room that leaves
-    shown.sort(key=lambda b: order.index(b[0]))
+    shown.sort(key=lambda b: BLOCK_ORDER.index(b[0]))
     out = list(titles)
     for _, rows in shown:
         out += rows

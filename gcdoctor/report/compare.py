@@ -16,12 +16,12 @@ from typing import Any
 
 from gcdoctor.engine import evaluate
 from gcdoctor.facts.views import memory_limit_bytes
-from gcdoctor.types import SEVERITIES, Verdict, severity_rank
+from gcdoctor.types import EXPERIMENT, SEVERITIES, Verdict, severity_rank
 from gcdoctor.errors import UserError
 from gcdoctor.facts import Facts
 from gcdoctor.report.bottom_line import run_title
 from gcdoctor.report.html_parts import Raw, figure, figures, kv, section, table
-from gcdoctor.report.model import GIB, MIB, change, format_with_unit
+from gcdoctor.report.model import GIB, MIB, Section, Table, change, format_with_unit
 from gcdoctor.report import sections as report_sections
 from gcdoctor.report.svg import Series, color_for, esc, line_plot
 
@@ -126,6 +126,44 @@ def _present(s, f: Facts) -> bool:
         return False
 
 
+def _ids(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """The ids of A, then those only B has, each once."""
+    return list(dict.fromkeys(list(a) + list(b)))
+
+
+def _key_rows(s: Section, g: str, fa: Facts, fb: Facts) -> list[Row]:
+    """The section's headline numbers marked for comparison, in A's order then B's."""
+    ka = {k.id: k for k in s.keys(fa) if k.compare}
+    kb = {k.id: k for k in s.keys(fb) if k.compare}
+    rows: list[Row] = []
+    for kid in _ids(ka, kb):
+        k = ka.get(kid) or kb[kid]
+        rows.append(Row(g, k.label, ka[kid].value if kid in ka else None, kb[kid].value if kid in kb else None, k.unit,
+                        k.predicted))
+    return rows
+
+
+def _table_rows(g: str, t: Table, ta: Table | None, tb: Table | None, fa: Facts, fb: Facts) -> list[Row]:
+    """One table's compared columns, joined on its key columns, and the rows only one run measured."""
+    cols = [(i, c) for i, c in enumerate(t.columns) if c.compare]
+    if not cols:
+        return []
+    ra = {t.key_of(r): r for r in (ta.rows(fa) if ta is not None else [])}
+    rb = {t.key_of(r): r for r in (tb.rows(fb) if tb is not None else [])}
+    rows: list[Row] = []
+    for key in [k for k in ra if k in rb]:  # rows measured in both runs: the only fair comparisons
+        for i, c in cols:
+            va, vb = ra[key][i], rb[key][i]
+            if va is not None or vb is not None:
+                rows.append(Row(g, f"{key} {c.header}", va, vb, c.unit, c.predicted))
+    only_a, only_b = [k for k in ra if k not in rb], [k for k in rb if k not in ra]
+    if only_a:
+        rows.append(Row(g, f"{t.title or t.id}: rows measured in A only", ", ".join(only_a), None))
+    if only_b:
+        rows.append(Row(g, f"{t.title or t.id}: rows measured in B only", None, ", ".join(only_b)))
+    return rows
+
+
 def _section_rows(s, a: Run, b: Run) -> list[Row]:
     fa, fb = a.facts, b.facts
     pa, pb = _present(s, fa), _present(s, fb)
@@ -134,32 +172,11 @@ def _section_rows(s, a: Run, b: Run) -> list[Row]:
     g = s.title.split(":")[0]
     if not (pa and pb):
         return [Row(g, "measured", "yes" if pa else None, "yes" if pb else None)]
-    rows: list[Row] = []
-    ka = {k.id: k for k in s.keys(fa) if k.compare}
-    kb = {k.id: k for k in s.keys(fb) if k.compare}
-    for kid in list(dict.fromkeys(list(ka) + list(kb))):
-        k = ka.get(kid) or kb[kid]
-        rows.append(Row(g, k.label, ka[kid].value if kid in ka else None, kb[kid].value if kid in kb else None, k.unit,
-                        k.predicted))
+    rows = _key_rows(s, g, fa, fb)
     ta = {t.id: t for t in s.tables(fa)}
     tb = {t.id: t for t in s.tables(fb)}
-    for tid in list(dict.fromkeys(list(ta) + list(tb))):
-        t = ta.get(tid) or tb[tid]
-        cols = [(i, c) for i, c in enumerate(t.columns) if c.compare]
-        if not cols:
-            continue
-        ra = {t.key_of(r): r for r in (ta[tid].rows(fa) if tid in ta else [])}
-        rb = {t.key_of(r): r for r in (tb[tid].rows(fb) if tid in tb else [])}
-        for key in [k for k in ra if k in rb]:  # rows measured in both runs: the only fair comparisons
-            for i, c in cols:
-                va, vb = ra[key][i], rb[key][i]
-                if va is not None or vb is not None:
-                    rows.append(Row(g, f"{key} {c.header}", va, vb, c.unit, c.predicted))
-        only_a, only_b = [k for k in ra if k not in rb], [k for k in rb if k not in ra]
-        if only_a:
-            rows.append(Row(g, f"{t.title or t.id}: rows measured in A only", ", ".join(only_a), None))
-        if only_b:
-            rows.append(Row(g, f"{t.title or t.id}: rows measured in B only", None, ", ".join(only_b)))
+    for tid in _ids(ta, tb):
+        rows += _table_rows(g, ta.get(tid) or tb[tid], ta.get(tid), tb.get(tid), fa, fb)
     return rows
 
 
@@ -180,9 +197,15 @@ class VerdictChange:
     b: Verdict | None
 
     @property
+    def latest(self) -> Verdict | None:
+        """B's verdict, or A's where B has none."""
+        return self.b or self.a
+
+    @property
     def headline(self) -> str:
         """What went away (A's words) for a verdict that disappeared; else B's, the newer state."""
         v = self.a if self.kind == "disappeared" or self.b is None else self.b
+        assert v is not None  # a change is made for a verdict of A or B, and one that disappeared was A's
         return v.headline
 
 
@@ -190,6 +213,32 @@ def _state(v: Verdict | None) -> str:
     if v is None:
         return "absent"
     return v.severity if v.status in ("fired", "error") else v.status
+
+
+def _fired(v: Verdict | None) -> bool:
+    return v is not None and v.status in ("fired", "error")
+
+
+def _unjudged(v: Verdict | None) -> bool:
+    return v is not None and v.status == "inconclusive"
+
+
+def _change_kind(va: Verdict | None, vb: Verdict | None) -> str:
+    fa, fb = _fired(va), _fired(vb)
+    if fa and _unjudged(vb):
+        return "not-measured"  # B cannot say: it did not measure what the rule reads
+    if fb and _unjudged(va):
+        return "new-measured"
+    if fb and not fa:
+        return "appeared"
+    if fa and not fb:
+        return "disappeared"
+    if va is not None and vb is not None and fa and fb:
+        return ("severity" if va.severity != vb.severity else
+                "changed" if va.headline != vb.headline else "same")
+    return "status" if _state(va) != _state(vb) else (
+        "changed" if va is not None and vb is not None and va.status == "passed"
+        and va.headline != vb.headline else "same")
 
 
 def verdict_changes(a: list[Verdict], b: list[Verdict]) -> list[VerdictChange]:
@@ -200,26 +249,7 @@ def verdict_changes(a: list[Verdict], b: list[Verdict]) -> list[VerdictChange]:
     out = []
     for key in list(dict.fromkeys(list(da) + list(db))):
         va, vb = da.get(key), db.get(key)
-        fa = va is not None and va.status in ("fired", "error")
-        fb = vb is not None and vb.status in ("fired", "error")
-        unjudged_a = va is not None and va.status == "inconclusive"
-        unjudged_b = vb is not None and vb.status == "inconclusive"
-        if fa and unjudged_b:
-            kind = "not-measured"  # B cannot say: it did not measure what the rule reads
-        elif fb and unjudged_a:
-            kind = "new-measured"
-        elif fb and not fa:
-            kind = "appeared"
-        elif fa and not fb:
-            kind = "disappeared"
-        elif fa and fb:
-            kind = ("severity" if va.severity != vb.severity else
-                    "changed" if va.headline != vb.headline else "same")
-        else:
-            kind = "status" if _state(va) != _state(vb) else (
-                "changed" if va is not None and vb is not None and va.status == "passed"
-                and va.headline != vb.headline else "same")
-        out.append(VerdictChange(kind, key[0], key[1], va, vb))
+        out.append(VerdictChange(_change_kind(va, vb), key[0], key[1], va, vb))
     order = {"appeared": 0, "severity": 1, "disappeared": 2, "changed": 3, "not-measured": 4, "new-measured": 5,
              "status": 6, "same": 7}
     return sorted(out, key=lambda c: (order[c.kind], severity_rank(_state(c.b if c.b else c.a)), c.code))
@@ -263,58 +293,73 @@ def _what(run: Run) -> str:
     return run_title(f.model.name if f.model else 'a trace', f.environment.device_name)
 
 
+def _metric(m: dict[str, Any], word: str) -> str:
+    return (f"{m['label']}: {format_with_unit(m['a'], m['unit'])} -> {format_with_unit(m['b'], m['unit'])} "
+            f"({abs(m['worse_pct']):.1f}% {word})")
+
+
+def _scope(c: VerdictChange) -> str | None:
+    """The scope of the changed verdict (configuration or experiment)."""
+    v = c.latest
+    return None if v is None else v.scope
+
+
+def _verdict_entries(config: list[VerdictChange], kinds: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
+    return [(mark, f"{c.code} {_state(c.a)} -> {_state(c.b)}: {c.headline}")
+            for kind, mark in kinds for c in config if c.kind == kind]
+
+
+def _prediction_entries(rows: list[Row]) -> list[tuple[str, str]]:
+    """Predictions that changed in a way the eye can see: reported, never gated on."""
+    from gcdoctor.report.regression import prediction_changes
+    by_label = {(r.group, r.label): r for r in rows}
+    preds = [(p, by_label[(p["group"], p["label"])]) for p in prediction_changes(rows)]
+    preds = [(p, r) for p, r in preds if r.shown(p["a"]) != r.shown(p["b"])]  # moves the eye can see
+    out = [("pred", f"{p['label']}: {r.shown(p['a'])} -> {r.shown(p['b'])} (a prediction: not gated)")
+           for p, r in preds[:3]]
+    if len(preds) > 3:
+        out.append(("pred", f"and {len(preds) - 3} more predictions changed (details below)"))
+    return out
+
+
+def _setup_entries(rows: list[Row], changes: list[VerdictChange]) -> list[tuple[str, str]]:
+    """A different setup, and how many experiment verdicts changed (they are in the details)."""
+    out = []
+    setup = [r.label for r in rows if r.group == "environment" and r.label != "wall time" and r.change == "differs"]
+    if setup:
+        out.append(("setup", "differs: " + ", ".join(setup)))
+    latest = [(c.kind, c.latest) for c in changes]
+    experiments = [v for kind, v in latest
+                   if kind in ("appeared", "disappeared", "severity") and v is not None and v.scope == EXPERIMENT]
+    if experiments:
+        topics = ", ".join(dict.fromkeys(v.topic or "other" for v in experiments))
+        out.append(("...", f"{len(experiments)} experiment verdicts appeared, went or changed severity ({topics}): "
+                           "details below"))
+    return out
+
+
 def bottom_line(a: Run, b: Run, rows: list[Row], changes: list[VerdictChange], pct: float | None,
                 width: int = 80) -> list[str]:
     """What changed that matters, regressions first: measured metrics worse beyond the threshold,
     configuration verdicts that appeared or rose in severity, improvements, verdicts gone, changed
     predictions (reported, never gated on), a different setup, and what else the details hold."""
-    from gcdoctor.types import EXPERIMENT
-    from gcdoctor.report.regression import moved, prediction_changes
+    from gcdoctor.report.regression import moved
     from gcdoctor.report.console import wrap
     limit = NOTICE_PCT if pct is None else pct
-    out: list[str] = []
-
-    def add(mark: str, text: str) -> None:
-        out.extend(wrap(text, width, " " * 9, first=f"  {mark:<6} "))
-
-    def metric(m: dict[str, Any], word: str) -> str:
-        return (f"{m['label']}: {format_with_unit(m['a'], m['unit'])} -> {format_with_unit(m['b'], m['unit'])} "
-                f"({abs(m['worse_pct']):.1f}% {word})")
-
     ms = moved(rows, limit)
     worse = sorted((m for m in ms if m["worse_pct"] > 0), key=lambda m: -m["worse_pct"])
     better = sorted((m for m in ms if m["worse_pct"] < 0), key=lambda m: m["worse_pct"])
-    for m in worse:
-        add("worse", metric(m, "worse"))
-    config = [c for c in changes if (c.b or c.a) is not None and (c.b or c.a).scope != EXPERIMENT]
-    for kind, mark in (("appeared", "new"), ("severity", "sev")):
-        for c in [c for c in config if c.kind == kind]:
-            add(mark, f"{c.code} {_state(c.a)} -> {_state(c.b)}: {c.headline}")
-    for m in better[:3]:
-        add("better", metric(m, "better"))
+    config = [c for c in changes if _scope(c) not in (None, EXPERIMENT)]
+    entries = [("worse", _metric(m, "worse")) for m in worse]
+    entries += _verdict_entries(config, (("appeared", "new"), ("severity", "sev")))
+    entries += [("better", _metric(m, "better")) for m in better[:3]]
     if len(better) > 3:
-        add("better", f"and {len(better) - 3} more metrics better beyond {limit:g}% (details below)")
-    for c in [c for c in config if c.kind == "disappeared"]:
-        add("gone", f"{c.code} {_state(c.a)} -> {_state(c.b)}: {c.headline}")
+        entries.append(("better", f"and {len(better) - 3} more metrics better beyond {limit:g}% (details below)"))
+    entries += _verdict_entries(config, (("disappeared", "gone"),))
     if not ms:
-        add("same", f"no measured metric moved beyond {limit:g}%")
-    by_label = {(r.group, r.label): r for r in rows}
-    preds = [(p, by_label[(p["group"], p["label"])]) for p in prediction_changes(rows)]
-    preds = [(p, r) for p, r in preds if r.shown(p["a"]) != r.shown(p["b"])]  # moves the eye can see
-    for p, r in preds[:3]:
-        add("pred", f"{p['label']}: {r.shown(p['a'])} -> {r.shown(p['b'])} (a prediction: not gated)")
-    if len(preds) > 3:
-        add("pred", f"and {len(preds) - 3} more predictions changed (details below)")
-    setup = [r.label for r in rows if r.group == "environment" and r.label != "wall time" and r.change == "differs"]
-    if setup:
-        add("setup", "differs: " + ", ".join(setup))
-    experiments = [c for c in changes if c.kind in ("appeared", "disappeared", "severity")
-                   and (c.b or c.a) is not None and (c.b or c.a).scope == EXPERIMENT]
-    if experiments:
-        topics = ", ".join(dict.fromkeys((c.b or c.a).topic or "other" for c in experiments))  # type: ignore[union-attr]
-        add("...", f"{len(experiments)} experiment verdicts appeared, went or changed severity ({topics}): "
-                   "details below")
-    return out
+        entries.append(("same", f"no measured metric moved beyond {limit:g}%"))
+    entries += _prediction_entries(rows) + _setup_entries(rows, changes)
+    return [line for mark, text in entries for line in wrap(text, width, " " * 9, first=f"  {mark:<6} ")]
 
 
 def render_text(a: Run, b: Run, width: int | None = None, pct: float | None = None) -> str:
@@ -359,8 +404,8 @@ def _overlay(a: Run, b: Run, attr: str, title: str, y_label: str, scale: float =
         if s is None:
             continue
         for i, v in enumerate(("no_gc", "gc")):
-            pts = [(m.batch_size, getattr(m, attr) / scale) for m in s.measurements
-                   if m.variant == v and m.fits and getattr(m, attr) is not None]
+            pts: list[tuple[float, float]] = [(m.batch_size, getattr(m, attr) / scale) for m in s.measurements
+                                              if m.variant == v and m.fits and getattr(m, attr) is not None]
             if pts:
                 series.append(Series(f"{tag} {v}", pts, color_for(v, i), dashed=dashed))
     return line_plot(series, title=title, x_label="batch size (log scale)", y_label=y_label, x_log2=True)

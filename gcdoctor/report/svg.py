@@ -176,7 +176,9 @@ LEGEND_ROW = 16
 
 def _legend_layout(series: Sequence[Series], left: int, right_edge: int) -> list[tuple[Series, float, int]]:
     """(series, x, row) of each legend entry, wrapping onto new rows at the right edge."""
-    out, x, row = [], left + 4, 0
+    out: list[tuple[Series, float, int]] = []
+    x: float = left + 4
+    row = 0
     for s in series:
         if not s.name:
             continue
@@ -222,22 +224,15 @@ def _mark(m: Mark, fr: Frame) -> list[str]:
             f'fill="{esc(m.color)}">{esc(m.text)}</text></g>']
 
 
-def line_plot(series: Sequence[Series], *, title: str, x_label: str, y_label: str, x_log2: bool = False,
-              marks: Sequence[Mark] = (), hlines: Sequence[HLine] = (), bands: Sequence[Band] = (),
-              y_from_zero: bool = True, width: int = 540, height: int = 300,
-              x_fmt: Callable[[float], str] = fmt_tick, y_fmt: Callable[[float], str] = fmt_tick,
-              x_range: tuple[float, float] | None = None, scatter: bool = False) -> str:
-    """A line (or scatter) plot with optional OOM marks, reference lines and shaded bands.
-
-    Returns "" when there is nothing to draw, so callers can skip the figure.
-    """
+def _extent(series: Sequence[Series], marks: Sequence[Mark], hlines: Sequence[HLine], bands: Sequence[Band],
+            x_log2: bool, x_range: tuple[float, float] | None,
+            y_from_zero: bool) -> tuple[float, float, float, float] | None:
+    """(x0, x1, y_lo, y_hi) of everything drawn; None when there is nothing to draw."""
     pts = [p for s in series for p in s.points if _finite(p)]
-    extra_x = [m.x for m in marks] + [b.x0 for b in bands] + [b.x1 for b in bands]
-    extra_y = [m.y for m in marks] + [h.y for h in hlines]
     if not pts and not marks:
-        return ""
-    xs = [p[0] for p in pts] + extra_x
-    ys = [p[1] for p in pts] + extra_y
+        return None
+    xs = [p[0] for p in pts] + [m.x for m in marks] + [b.x0 for b in bands] + [b.x1 for b in bands]
+    ys = [p[1] for p in pts] + [m.y for m in marks] + [h.y for h in hlines]
     if x_log2:
         xs = [x for x in xs if x > 0] or [1.0]
     x0, x1 = x_range if x_range else (min(xs), max(xs))
@@ -248,15 +243,89 @@ def line_plot(series: Sequence[Series], *, title: str, x_label: str, y_label: st
         y_lo = min(0.0, y_lo)
     if y_hi <= y_lo:
         y_hi = y_lo + (abs(y_lo) or 1.0)
-    yticks = nice_ticks(y_lo, y_hi + 0.08 * (y_hi - y_lo))
+    return x0, x1, y_lo, y_hi
+
+
+def _x_ticks(x0: float, x1: float, x_log2: bool,
+             x_range: tuple[float, float] | None) -> tuple[list[float], float, float]:
+    """The x ticks and the x range widened to them where the ticks lead."""
     if x_log2:
         xticks = log2_ticks(x0, x1)
-        x0, x1 = min(x0, xticks[0]), max(x1, xticks[-1])
-    elif x_range:
-        xticks = [t for t in nice_ticks(x0, x1, 6) if x0 <= t <= x1]
-    else:  # round ends, so no point sits on the frame's edge
-        xticks = nice_ticks(x0, x1, 6)
-        x0, x1 = xticks[0], xticks[-1]
+        return xticks, min(x0, xticks[0]), max(x1, xticks[-1])
+    if x_range:
+        return [t for t in nice_ticks(x0, x1, 6) if x0 <= t <= x1], x0, x1
+    xticks = nice_ticks(x0, x1, 6)  # round ends, so no point sits on the frame's edge
+    return xticks, xticks[0], xticks[-1]
+
+
+def _band(b: Band, fr: Frame) -> str:
+    xa, xb = fr.px(max(b.x0, fr.x0)), fr.px(min(b.x1, fr.x1))
+    if xb <= xa:
+        xb = xa + 0.6
+    tip = f"<title>{esc(b.title)}</title>" if b.title else ""
+    return (f'<rect class="band" x="{_f(xa)}" y="{fr.top}" width="{_f(xb - xa)}" '
+            f'height="{fr.height - fr.top - fr.bottom}" fill="{esc(b.color)}" fill-opacity="{b.opacity:.2f}">'
+            f"{tip}</rect>")
+
+
+def _hline(h: HLine, fr: Frame) -> str:
+    y = fr.py(h.y)
+    return (f'<g class="hline"><line x1="{fr.left}" y1="{_f(y)}" x2="{fr.width - fr.right}" y2="{_f(y)}" '
+            f'stroke="{esc(h.color)}" stroke-dasharray="6 4"/><text x="{fr.left + 6}" '
+            f'y="{_f(y - 5)}" text-anchor="start" fill="{esc(h.color)}">{esc(h.text)}</text></g>')
+
+
+def _points(s: Series, spts: list[tuple[float, float]], fr: Frame, scatter: bool, x_fmt: Callable[[float], str],
+            y_fmt: Callable[[float], str], placed: list[tuple[float, float, float, float]]) -> list[str]:
+    """A series' point markers with their tooltips (and, in a scatter plot, their labels)."""
+    g = [f'<g class="points" fill="{esc(s.color)}">']
+    for i, (x, y) in enumerate(spts):
+        label = s.labels[i] if i < len(s.labels) else ""
+        tip = f"{s.name}: {label + ', ' if label else ''}{x_fmt(x)}, {y_fmt(y)}"
+        g.append(f'<circle cx="{_f(fr.px(x))}" cy="{_f(fr.py(y))}" r="{4 if scatter else 3}">'
+                 f"<title>{esc(tip)}</title></circle>")
+        if scatter and label:
+            lx, ly, anchor = _place_label(fr.px(x), fr.py(y), label, placed, fr)
+            g.append(f'<text class="point-label" x="{_f(lx)}" y="{_f(ly)}" text-anchor="{anchor}">'
+                     f"{esc(label)}</text>")
+    g.append("</g>")
+    return g
+
+
+def _series(s: Series, fr: Frame, scatter: bool, x_fmt: Callable[[float], str], y_fmt: Callable[[float], str],
+            placed: list[tuple[float, float, float, float]]) -> list[str]:
+    """One series: its line (sorted by x; none in a scatter plot) and its points."""
+    spts = [p for p in s.points if _finite(p)]
+    if not scatter:
+        spts.sort(key=lambda p: p[0])
+    if not spts:
+        return []
+    out = []
+    dash = ' stroke-dasharray="6 4"' if s.dashed else ""
+    if not scatter and len(spts) > 1:
+        d = "M" + "L".join(f"{_f(fr.px(x))} {_f(fr.py(y))}" for x, y in spts)
+        out.append(f'<path class="series" d="{d}" fill="none" stroke="{esc(s.color)}" stroke-width="2"{dash}>'
+                   f"<title>{esc(s.name)}</title></path>")
+    if s.markers or scatter or len(spts) == 1:
+        out += _points(s, spts, fr, scatter, x_fmt, y_fmt, placed)
+    return out
+
+
+def line_plot(series: Sequence[Series], *, title: str, x_label: str, y_label: str, x_log2: bool = False,
+              marks: Sequence[Mark] = (), hlines: Sequence[HLine] = (), bands: Sequence[Band] = (),
+              y_from_zero: bool = True, width: int = 540, height: int = 300,
+              x_fmt: Callable[[float], str] = fmt_tick, y_fmt: Callable[[float], str] = fmt_tick,
+              x_range: tuple[float, float] | None = None, scatter: bool = False) -> str:
+    """A line (or scatter) plot with optional OOM marks, reference lines and shaded bands.
+
+    Returns "" when there is nothing to draw, so callers can skip the figure.
+    """
+    extent = _extent(series, marks, hlines, bands, x_log2, x_range, y_from_zero)
+    if extent is None:
+        return ""
+    x0, x1, y_lo, y_hi = extent
+    yticks = nice_ticks(y_lo, y_hi + 0.08 * (y_hi - y_lo))
+    xticks, x0, x1 = _x_ticks(x0, x1, x_log2, x_range)
     show_legend = not (scatter and len(series) == 1)
     layout = _legend_layout(series, 62, width - 18) if show_legend else []
     rows = 1 + max((r for _, _, r in layout), default=0)
@@ -268,44 +337,12 @@ def line_plot(series: Sequence[Series], *, title: str, x_label: str, y_label: st
     if not x_log2:
         x_fmt = _tick_formatter(xticks, x_fmt)
     out = _svg_open(width, height, title)
-    for b in bands:
-        xa, xb = fr.px(max(b.x0, x0)), fr.px(min(b.x1, x1))
-        if xb <= xa:
-            xb = xa + 0.6
-        tip = f"<title>{esc(b.title)}</title>" if b.title else ""
-        out.append(f'<rect class="band" x="{_f(xa)}" y="{fr.top}" width="{_f(xb - xa)}" '
-                   f'height="{fr.height - fr.top - fr.bottom}" fill="{esc(b.color)}" fill-opacity="{b.opacity:.2f}">'
-                   f"{tip}</rect>")
+    out += [_band(b, fr) for b in bands]
     out += _axes(fr, xticks, yticks, x_label, y_label, x_fmt, y_fmt)
-    for h in hlines:
-        y = fr.py(h.y)
-        out.append(f'<g class="hline"><line x1="{fr.left}" y1="{_f(y)}" x2="{width - fr.right}" y2="{_f(y)}" '
-                   f'stroke="{esc(h.color)}" stroke-dasharray="6 4"/><text x="{fr.left + 6}" '
-                   f'y="{_f(y - 5)}" text-anchor="start" fill="{esc(h.color)}">{esc(h.text)}</text></g>')
+    out += [_hline(h, fr) for h in hlines]
     placed: list[tuple[float, float, float, float]] = []  # scatter label boxes already drawn
     for s in series:
-        spts = sorted((p for p in s.points if _finite(p)), key=lambda p: p[0]) if not scatter else \
-            [p for p in s.points if _finite(p)]
-        if not spts:
-            continue
-        dash = ' stroke-dasharray="6 4"' if s.dashed else ""
-        if not scatter and len(spts) > 1:
-            d = "M" + "L".join(f"{_f(fr.px(x))} {_f(fr.py(y))}" for x, y in spts)
-            out.append(f'<path class="series" d="{d}" fill="none" stroke="{esc(s.color)}" stroke-width="2"{dash}>'
-                       f"<title>{esc(s.name)}</title></path>")
-        if s.markers or scatter or len(spts) == 1:
-            g = [f'<g class="points" fill="{esc(s.color)}">']
-            for i, (x, y) in enumerate(spts):
-                label = s.labels[i] if i < len(s.labels) else ""
-                tip = f"{s.name}: {label + ', ' if label else ''}{x_fmt(x)}, {y_fmt(y)}"
-                g.append(f'<circle cx="{_f(fr.px(x))}" cy="{_f(fr.py(y))}" r="{4 if scatter else 3}">'
-                         f"<title>{esc(tip)}</title></circle>")
-                if scatter and label:
-                    lx, ly, anchor = _place_label(fr.px(x), fr.py(y), label, placed, fr)
-                    g.append(f'<text class="point-label" x="{_f(lx)}" y="{_f(ly)}" text-anchor="{anchor}">'
-                             f"{esc(label)}</text>")
-            g.append("</g>")
-            out += g
+        out += _series(s, fr, scatter, x_fmt, y_fmt, placed)
     for m in marks:
         out += _mark(m, fr)
     if layout:
@@ -345,14 +382,14 @@ def _place_label(x: float, y: float, text: str, placed: list[tuple[float, float,
 def bar_plot(rows: Sequence[Bar], *, title: str, x_label: str, width: int = 540,
              x_fmt: Callable[[float], str] = fmt_tick, ref: HLine | None = None, inner_label: str = "") -> str:
     """Horizontal bars, one per row; `ref` draws a vertical reference line at ref.y."""
-    rows = [r for r in rows if r.value is not None and math.isfinite(r.value)]
-    if not rows:
+    bars = [(r, r.value) for r in rows if r.value is not None and math.isfinite(r.value)]
+    if not bars:
         return ""
     bar_h, gap, top, bottom = 18, 8, 12, 40
-    label_w = min(260, 12 + 7 * max(len(r.label) for r in rows))
-    height = top + bottom + len(rows) * (bar_h + gap)
-    hi = max([r.value for r in rows] + ([ref.y] if ref else []))
-    lo = min(0.0, min(r.value for r in rows))
+    label_w = min(260, 12 + 7 * max(len(r.label) for r, _ in bars))
+    height = top + bottom + len(bars) * (bar_h + gap)
+    hi = max([value for _, value in bars] + ([ref.y] if ref else []))
+    lo = min(0.0, min(value for _, value in bars))
     ticks = nice_ticks(lo, hi * 1.12 if hi > 0 else 1.0)
     fr = Frame(width, height, left=label_w, right=24, top=top, bottom=bottom, x0=ticks[0], x1=ticks[-1], y0=0, y1=1)
     out = _svg_open(width, height, title)
@@ -361,10 +398,10 @@ def bar_plot(rows: Sequence[Bar], *, title: str, x_label: str, width: int = 540,
         out.append(f'<line class="grid" x1="{_f(x)}" y1="{top}" x2="{_f(x)}" y2="{height - bottom}"/>')
         out.append(f'<text class="tick" x="{_f(x)}" y="{height - bottom + 16}" text-anchor="middle">'
                    f"{esc(x_fmt(t))}</text>")
-    for i, r in enumerate(rows):
+    for i, (r, value) in enumerate(bars):
         y = top + i * (bar_h + gap)
-        xa, xb = fr.px(min(0.0, r.value)), fr.px(max(0.0, r.value))
-        shown = x_fmt(r.value)
+        xa, xb = fr.px(min(0.0, value)), fr.px(max(0.0, value))
+        shown = x_fmt(value)
         tip = f"{r.label}: {shown}"
         if r.inner is not None and math.isfinite(r.inner):
             tip += f", {inner_label or 'of which'} {x_fmt(r.inner)}"
@@ -373,7 +410,7 @@ def bar_plot(rows: Sequence[Bar], *, title: str, x_label: str, width: int = 540,
         out.append(f'<rect class="bar" x="{_f(xa)}" y="{y}" width="{_f(max(xb - xa, 1.0))}" height="{bar_h}" '
                    f'fill="{esc(r.color)}" fill-opacity="0.55"><title>{esc(tip)}</title></rect>')
         if r.inner is not None and math.isfinite(r.inner) and r.inner > 0:
-            xi = fr.px(min(r.inner, r.value))
+            xi = fr.px(min(r.inner, value))
             out.append(f'<rect class="bar inner" x="{_f(xa)}" y="{y}" width="{_f(max(xi - xa, 1.0))}" '
                        f'height="{bar_h}" fill="{esc(r.color)}"><title>{esc(tip)}</title></rect>')
         out.append(f'<text class="bar-value" x="{_f(xb + 4)}" y="{y + bar_h - 5}">{esc(shown)}</text>')

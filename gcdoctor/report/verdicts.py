@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gcdoctor.types import EXPERIMENT, Verdict, verdict_order
-from gcdoctor.facts import Facts
+from gcdoctor.facts import Environment, Facts, RunSettings
 from gcdoctor.report.bottom_line import PRESCRIPTION
 from gcdoctor.report.model import format_value
 
@@ -52,38 +52,57 @@ def settings_text(facts: Facts) -> str | None:
     return ", ".join(p for p in parts if p) or None
 
 
+def _device_text(e: Environment) -> str:
+    return (f"{e.device_name or '—'} ({e.device_kind or '—'})"
+            + (f" × {e.device_count}" if e.device_count and e.device_count > 1 else ""))
+
+
+def _host_text(e: Environment, bare: bool) -> str | None:
+    """The host row: a bare trace records only the host's name; a run its CPUs and memory too."""
+    if bare:
+        return e.host or None
+    if not (e.host or e.cpu_count or e.host_memory_bytes):
+        return None
+    return ", ".join(x for x in (e.host, f"{e.cpu_count} CPUs" if e.cpu_count else "",
+                                 format_value(e.host_memory_bytes, "bytes") if e.host_memory_bytes else "") if x)
+
+
+def _rates_text(e: Environment) -> str:
+    return ", ".join(x for x in (
+        f"bf16 {e.peak_bf16_tflops:g} TFLOP/s" if e.peak_bf16_tflops else "",
+        f"fp32 {e.peak_fp32_tflops:g} TFLOP/s" if e.peak_fp32_tflops else "",
+        f"memory {e.memory_bandwidth_gbs:g} GB/s" if e.memory_bandwidth_gbs else "",
+        f"PCIe {e.pcie_peak_gbs:g} GB/s" if e.pcie_peak_gbs else "") if x)
+
+
+def _run_text(st: RunSettings, bare: bool) -> str:
+    wall = f", wall {st.wall_s} s" if st.wall_s is not None else ""
+    return (("analyze of a profiler trace" if bare else st.command)
+            + (f", started {st.started_at}" if st.started_at else "") + wall
+            + (", INTERRUPTED: partial results" if st.interrupted else "")
+            + (f", error: {st.error}" if st.error else ""))
+
+
 def environment_rows(facts: Facts) -> list[tuple[str, str]]:
     e, st, m = facts.environment, facts.settings, facts.model
     rows: list[tuple[str, Any]] = []
     if m is not None:
         rows.append(("model", f"{m.name} ({m.source}), {m.n_layers}/{m.n_layers_full} layers, "
                               f"{m.n_params / 1e9:.3f} B parameters, {m.dtype}, attention {m.attn_implementation}"))
-    rows += [("device", f"{e.device_name or '—'} ({e.device_kind or '—'})"
-              + (f" × {e.device_count}" if e.device_count and e.device_count > 1 else "")),
+    rows += [("device", _device_text(e)),
              ("device memory", format_value(e.total_memory_bytes, "bytes")), ("driver", e.driver),
              ("runtime", e.runtime), ("torch", e.torch), ("transformers", e.transformers), ("deepspeed", e.deepspeed),
              ("torch_musa", e.torch_musa), ("python", e.python), ("gcdoctor", e.gcdoctor)]
     bare = st.command == "analyze" and m is None  # a bare trace: only what the trace holds
-    if bare and e.host:
-        rows.append(("host", e.host))
-    elif not bare and (e.host or e.cpu_count or e.host_memory_bytes):
-        rows.append(("host", ", ".join(x for x in (e.host, f"{e.cpu_count} CPUs" if e.cpu_count else "",
-                                                   format_value(e.host_memory_bytes, "bytes")
-                                                   if e.host_memory_bytes else "") if x)))
-    rates = ", ".join(x for x in (
-        f"bf16 {e.peak_bf16_tflops:g} TFLOP/s" if e.peak_bf16_tflops else "",
-        f"fp32 {e.peak_fp32_tflops:g} TFLOP/s" if e.peak_fp32_tflops else "",
-        f"memory {e.memory_bandwidth_gbs:g} GB/s" if e.memory_bandwidth_gbs else "",
-        f"PCIe {e.pcie_peak_gbs:g} GB/s" if e.pcie_peak_gbs else "") if x)
+    host = _host_text(e, bare)
+    if host is not None:
+        rows.append(("host", host))
+    rates = _rates_text(e)
     if rates or e.device_kind not in ("", "cpu"):
         rows.append(("peak rates", rates or "unknown for this device"))
     settings = settings_text(facts)
     if settings:
         rows.append(("settings", settings))
-    wall = f", wall {st.wall_s} s" if st.wall_s is not None else ""
-    rows.append(("run", ("analyze of a profiler trace" if bare else st.command)
-                 + (f", started {st.started_at}" if st.started_at else "") + wall
-                 + (", INTERRUPTED: partial results" if st.interrupted else "")
-                 + (f", error: {st.error}" if st.error else "")))
+    rows.append(("run", _run_text(st, bare)))
     rows += [(f"not measured: {k}", v) for k, v in sorted(facts.unavailable.items())]
     return [(k, "—" if v is None else str(v)) for k, v in rows if v not in (None, "")]
