@@ -171,8 +171,10 @@ def _apply_selective(model: Any, census: RegionCensus, log: SelectiveLog | None)
             counted = [_CountNames(log.recomputed)] if log is not None else []
             return _Deferred(fwd, sac_fwd), _Deferred(rec, *counted, sac_rec)
 
-        undos.append(_wrap_forward(layer, lambda original, context_fn=context_fn: (
-            lambda *a, **k: checkpoint(original, *a, use_reentrant=False, context_fn=context_fn, **k))))
+        def make(original: Callable, context_fn: Callable = context_fn) -> Callable:
+            return lambda *a, **k: checkpoint(original, *a, use_reentrant=False, context_fn=context_fn, **k)
+
+        undos.append(_wrap_forward(layer, make))
     return _undo_all(undos)
 
 
@@ -329,10 +331,11 @@ def chunked_causal_lm_loss(model: Any, input_ids: torch.Tensor, chunks: int = LO
         y = input_ids[:, 1:].reshape(-1)
         size = max(1, math.ceil(len(y) / chunks))
         head = model.lm_head
-        total = None
+        total: torch.Tensor | None = None
         for hc, yc in zip(h.split(size), y.split(size)):
             part = checkpoint(_chunk_loss, hc, yc, head.weight, head.bias, use_reentrant=False)
             total = part if total is None else total + part
+        assert total is not None  # a sequence of two tokens or more gives one chunk or more
         return total / len(y)
 
 
