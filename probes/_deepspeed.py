@@ -71,7 +71,7 @@ def init_distributed(deepspeed: Any, device_kind: str, device_index: int = 0) ->
         os.environ.setdefault(key, value)
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
     if device_kind == "cpu" and os.environ.get("WORLD_SIZE") == "1":
-        comm_torch = importlib.import_module("deepspeed.comm.torch")  # `deepspeed.comm.torch` is torch itself
+        comm_torch: Any = importlib.import_module("deepspeed.comm.torch")  # `deepspeed.comm.torch` is torch itself
         comm_torch.build_shm_op = lambda: None
     if device_kind == "cuda":
         torch.cuda.set_device(device_index)

@@ -171,8 +171,10 @@ def _apply_selective(model: Any, census: RegionCensus, log: SelectiveLog | None)
             counted = [_CountNames(log.recomputed)] if log is not None else []
             return _Deferred(fwd, sac_fwd), _Deferred(rec, *counted, sac_rec)
 
-        undos.append(_wrap_forward(layer, lambda original, context_fn=context_fn: (
-            lambda *a, **k: checkpoint(original, *a, use_reentrant=False, context_fn=context_fn, **k))))
+        def make(original: Callable, context_fn: Callable = context_fn) -> Callable:
+            return lambda *a, **k: checkpoint(original, *a, use_reentrant=False, context_fn=context_fn, **k)
+
+        undos.append(_wrap_forward(layer, make))
     return _undo_all(undos)
 
 
@@ -329,10 +331,11 @@ def chunked_causal_lm_loss(model: Any, input_ids: torch.Tensor, chunks: int = LO
         y = input_ids[:, 1:].reshape(-1)
         size = max(1, math.ceil(len(y) / chunks))
         head = model.lm_head
-        total = None
+        total: torch.Tensor | None = None
         for hc, yc in zip(h.split(size), y.split(size)):
             part = checkpoint(_chunk_loss, hc, yc, head.weight, head.bias, use_reentrant=False)
             total = part if total is None else total + part
+        assert total is not None  # a sequence of two tokens or more gives one chunk or more
         return total / len(y)
 
 
@@ -527,13 +530,24 @@ def _range_ns(t: Any, name: str) -> int:
 
 
 def _judge(out: CheckResult, policy: str, spec: Any, dtype: str, tokens: int, share: float | None) -> None:
-    from gcdoctor.model import memory as M
     chk = out.check
     chk.recompute_share_pct = None if share is None else round(share, 1)
     n = len(out.kept_per_layer) or spec.n_layers
     want_regions = checkpointed_layers(policy, n)
     known = [k for k in out.kept_per_layer if k is not None]
     chk.saved_bytes_per_layer = int(statistics.mean(known)) if known else None
+    full = _expect(chk, policy, spec, dtype, tokens, n, want_regions)
+    problems = _recompute_problems(out, policy, want_regions) + _kept_problems(chk, policy, full)
+    notes = _notes(chk, policy, share)
+    known_kept = chk.saved_bytes_per_layer is not None
+    chk.ok = not problems if (known_kept or out.regions or want_regions == 0) else None
+    chk.note = "; ".join(problems + notes)
+
+
+def _expect(chk: PolicyCheck, policy: str, spec: Any, dtype: str, tokens: int, n: int, want_regions: int) -> int:
+    """Set what the policy implies a layer keeps and the band its recomputation falls in; returns
+    what a layer keeps without checkpointing (bytes)."""
+    from gcdoctor.model import memory as M
     per_token = expected_saved_per_token(policy, spec, dtype)
     residue = M.checkpoint_residue_bytes_per_token(spec, dtype) * tokens
     full = M.layer_activation_bytes_per_token(spec, dtype) * tokens
@@ -550,20 +564,27 @@ def _judge(out: CheckResult, policy: str, spec: Any, dtype: str, tokens: int, sh
     else:
         chk.expected_recompute_min_pct = 0.0
         chk.expected_recompute_max_pct = round(100.0 * want_regions / n, 1)
-    problems, notes = [], []
-    if policy.startswith("budget-"):
-        notes.append("the compiler's recompute runs inside its compiled backward: no separate forward ops to find "
-                     "in the trace; judged by the bytes kept")
-    elif out.regions != want_regions:
+    return full
+
+
+def _recompute_problems(out: CheckResult, policy: str, want_regions: int) -> list[str]:
+    """What the trace shows recomputed against what the policy should recompute."""
+    problems = []
+    if not policy.startswith("budget-") and out.regions != want_regions:
         problems.append(f"{out.regions} recomputed regions in the trace, {want_regions} expected")
-    if policy == POLICY_OFFLOAD:
-        notes.append("kept bytes are device bytes: offloaded tensors leave the device (on the CPU they stay)")
     if policy == POLICY_SELECTIVE and out.selective is not None:
         bad = sorted(op for op in out.selective.recomputed if op in SAVE_OP_NAMES)
         if bad:
             problems.append(f"recomputed ops it should have saved: {', '.join(bad)}")
         if not out.selective.saved:
             problems.append("saved no matmul or attention output")
+    return problems
+
+
+def _kept_problems(chk: PolicyCheck, policy: str, full: int) -> list[str]:
+    """The bytes a layer kept against what the policy implies; a compiler budget's expectation is
+    set here, from the bytes without checkpointing."""
+    problems = []
     if chk.saved_bytes_per_layer is not None and chk.expected_saved_bytes_per_layer:
         off = abs(chk.saved_bytes_per_layer - chk.expected_saved_bytes_per_layer) / chk.expected_saved_bytes_per_layer
         if off > 0.10:
@@ -575,11 +596,20 @@ def _judge(out: CheckResult, policy: str, spec: Any, dtype: str, tokens: int, sh
         if chk.saved_bytes_per_layer > full * 1.10:
             problems.append(f"keeps {chk.saved_bytes_per_layer:,} bytes per layer, more than without "
                             f"checkpointing ({full:,})")
+    return problems
+
+
+def _notes(chk: PolicyCheck, policy: str, share: float | None) -> list[str]:
+    """What the check says without judging it."""
+    notes = []
+    if policy.startswith("budget-"):
+        notes.append("the compiler's recompute runs inside its compiled backward: no separate forward ops to find "
+                     "in the trace; judged by the bytes kept")
+    if policy == POLICY_OFFLOAD:
+        notes.append("kept bytes are device bytes: offloaded tensors leave the device (on the CPU they stay)")
     if (share is not None and chk.expected_recompute_max_pct is not None and share > chk.expected_recompute_max_pct
             and not policy.startswith("budget-")):
         # host time of one step: a busy host or the checkpoint's own hooks stretch it; said, not judged
         notes.append(f"recomputation took {share:.0f} % of the forward's host time, the checkpointed layers are "
                      f"{chk.expected_recompute_max_pct:.0f} % of the layers")
-    known_kept = chk.saved_bytes_per_layer is not None
-    chk.ok = not problems if (known_kept or out.regions or want_regions == 0) else None
-    chk.note = "; ".join(problems + notes)
+    return notes

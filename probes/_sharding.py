@@ -220,7 +220,8 @@ def load_deepspeed(device_kind: str) -> tuple[Any, str | None]:
         return None, why
     try:
         if device_kind == "cpu":
-            importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
+            comm_torch: Any = importlib.import_module("deepspeed.comm.torch")
+            comm_torch.build_shm_op = lambda: None
         if not ds.comm.is_initialized():
             ds.init_distributed(dist_backend=dist.get_backend() if dist.is_initialized() else "gloo", verbose=False)
     except Exception as exc:  # noqa: BLE001 - a broken install or an unknown accelerator: a reason

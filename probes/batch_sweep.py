@@ -28,11 +28,7 @@ class SweepProbe:
         t_probe = time.monotonic()
         cfg = ctx.config
         facts = SweepFacts(target_batch=cfg.target_batch)
-        fixed = cfg.batch_sizes
-        if fixed is None and ctx.backend.kind == "cpu" and ctx.backend.memory_limit() is None:
-            fixed = CPU_DEFAULT_BATCHES
-            ctx.log("on the CPU without --memory-limit there is no memory wall to search: "
-                    f"measuring batch sizes {fixed}")
+        fixed = self._fixed_batches(ctx)
         facts.searched = fixed is None
         ctx.facts.sweep = facts
         if facts.searched:
@@ -41,59 +37,12 @@ class SweepProbe:
         for variant in VARIANTS:
             ctx.check_stop()
             t_variant = time.monotonic()
-            model, make_step = self._steps(ctx, variant, facts)
-            profiled: set[int] = set()
-
-            def measure(batch: int, profile: bool = False, search: bool = True) -> Measurement:
-                t0 = time.monotonic()
-                key = f"sweep/{variant}" if profile and cfg.profile else None
-                m = ctx.measure(self.name, variant, lambda: make_step(batch), batch, profile_key=key,
-                                search=search)
-                if key and m.fits:
-                    profiled.add(batch)
-                facts.measurements.append(m)
-                facts.trials.append(SearchTrial(variant, batch, m.fits, m.peak_allocated_bytes, m.oom_phase,
-                                                round(time.monotonic() - t0, 2),
-                                                None if m.fits or m.oom is None else m.oom.kind))
-                self._predict(ctx, m, variant)
-                ctx.save()
-                return m
-
-            if fixed is not None:
-                best = None
-                for i, batch in enumerate(fixed):
-                    ctx.progress(self.name, variant, batch, i, len(fixed))
-                    m = measure(batch, search=False)
-                    if not m.fits:
-                        break
-                    best = batch
-                facts.max_batch[variant] = best if not facts.searched else None
-                facts.max_batch_capped[variant] = False
-            else:
-                # profile the point the comparison will use: no_gc's own boundary, gc's at no_gc's
-                guess = self._prediction(ctx, variant)
-                profile_at = guess if variant == "no_gc" or not compare_batch else compare_batch
-                best = self._search(ctx, variant, measure, facts, guess, profile_at)
-                facts.search_ooms[variant] = sum(1 for t in facts.trials if t.variant == variant and not t.fits)
-            # the largest batch both variants fit is the fair comparison: measure it if the search
-            # did not, and profile it (for no_gc its largest batch)
-            target = best if variant == "no_gc" else (min(best, compare_batch) if best and compare_batch else best)
+            # the variant's model, its step factory and `measure` live in _variant's frame: they are
+            # dropped when it returns, or the model would stay on the device through the next
+            # variant's build and the probes after the sweep
+            best = self._variant(ctx, facts, variant, fixed, compare_batch)
             if variant == "no_gc":
                 compare_batch = best
-            if target and facts.searched and facts.get(variant, target) is None:
-                ctx.progress(self.name, variant, target, message="equal-batch point")
-                measure(target, profile=True, search=False)
-            elif target and cfg.profile and target not in profiled:
-                ctx.progress(self.name, variant, target, message="profiling")
-                # the extra measurement only feeds the trace and the profiler overhead
-                ctx.measure(self.name, variant, lambda: make_step(target), target,
-                            profile_key=f"sweep/{variant}", warmup=1, steps=2)
-            if cfg.memory_snapshot and variant == "gc" and best and model is not None:
-                ctx.progress(self.name, variant, best, message="memory snapshot")
-                self._memory_snapshot(ctx, variant, best, model, facts)
-            # the step factory and `measure` hold the model too: drop all three, or the model stays
-            # on the device through the next variant's build and the probes after the sweep
-            del model, make_step, measure
             free_memory(ctx.backend)
             facts.search_seconds[variant] = round(time.monotonic() - t_variant, 1)
             ctx.save()
@@ -105,6 +54,77 @@ class SweepProbe:
                 ctx.log(f"memory model: the context could not be read again ({exc})", "warning")
         facts.wall_s = round(time.monotonic() - t_probe, 1)
         ctx.save()
+
+    @staticmethod
+    def _fixed_batches(ctx) -> list[int] | None:
+        """The batch sizes to measure (--batch-sizes, or a few on the CPU without a memory limit);
+        None: search for the largest that fits."""
+        fixed = ctx.config.batch_sizes
+        if fixed is None and ctx.backend.kind == "cpu" and ctx.backend.memory_limit() is None:
+            fixed = CPU_DEFAULT_BATCHES
+            ctx.log("on the CPU without --memory-limit there is no memory wall to search: "
+                    f"measuring batch sizes {fixed}")
+        return fixed
+
+    def _variant(self, ctx, facts: SweepFacts, variant: str, fixed: list[int] | None,
+                 compare_batch: int | None) -> int | None:
+        """One variant: its largest batch (searched, or among the fixed sizes), the batch both variants
+        fit measured and profiled, the memory snapshot. Returns the largest batch."""
+        cfg = ctx.config
+        model, make_step = self._steps(ctx, variant, facts)
+        profiled: set[int] = set()
+
+        def measure(batch: int, profile: bool = False, search: bool = True) -> Measurement:
+            t0 = time.monotonic()
+            key = f"sweep/{variant}" if profile and cfg.profile else None
+            m = ctx.measure(self.name, variant, lambda: make_step(batch), batch, profile_key=key,
+                            search=search)
+            if key and m.fits:
+                profiled.add(batch)
+            facts.measurements.append(m)
+            facts.trials.append(SearchTrial(variant, batch, m.fits, m.peak_allocated_bytes, m.oom_phase,
+                                            round(time.monotonic() - t0, 2),
+                                            None if m.fits or m.oom is None else m.oom.kind))
+            self._predict(ctx, m, variant)
+            ctx.save()
+            return m
+
+        if fixed is not None:
+            best = self._fixed(ctx, facts, variant, fixed, measure)
+        else:
+            # profile the point the comparison will use: no_gc's own boundary, gc's at no_gc's
+            guess = self._prediction(ctx, variant)
+            profile_at = guess if variant == "no_gc" or not compare_batch else compare_batch
+            best = self._search(ctx, variant, measure, facts, guess, profile_at)
+            facts.search_ooms[variant] = sum(1 for t in facts.trials if t.variant == variant and not t.fits)
+        # the largest batch both variants fit is the fair comparison: measure it if the search
+        # did not, and profile it (for no_gc its largest batch)
+        target = best if variant == "no_gc" else (min(best, compare_batch) if best and compare_batch else best)
+        if target and facts.searched and facts.get(variant, target) is None:
+            ctx.progress(self.name, variant, target, message="equal-batch point")
+            measure(target, profile=True, search=False)
+        elif target and cfg.profile and target not in profiled:
+            ctx.progress(self.name, variant, target, message="profiling")
+            # the extra measurement only feeds the trace and the profiler overhead
+            ctx.measure(self.name, variant, lambda: make_step(target), target,
+                        profile_key=f"sweep/{variant}", warmup=1, steps=2)
+        if cfg.memory_snapshot and variant == "gc" and best and model is not None:
+            ctx.progress(self.name, variant, best, message="memory snapshot")
+            self._memory_snapshot(ctx, variant, best, model, facts)
+        return best
+
+    def _fixed(self, ctx, facts: SweepFacts, variant: str, fixed: list[int], measure) -> int | None:
+        """The fixed batch sizes in order, up to the first that does not fit; the largest that fits."""
+        best = None
+        for i, batch in enumerate(fixed):
+            ctx.progress(self.name, variant, batch, i, len(fixed))
+            m = measure(batch, search=False)
+            if not m.fits:
+                break
+            best = batch
+        facts.max_batch[variant] = best if not facts.searched else None
+        facts.max_batch_capped[variant] = False
+        return best
 
     # the search ---------------------------------------------------------------------------
     @staticmethod

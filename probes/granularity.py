@@ -101,7 +101,7 @@ class GranularityProbe:
         facts.launch, unavailable = measure_launch_cost(ctx.backend)
         ctx.facts.unavailable.update(unavailable)
         self._log_launch(ctx, facts.launch)
-        self._delay = None
+        self._delay: LaunchDelay | None = None
         if cfg.emulate_launch_us is not None:
             self._emulate(ctx, facts, cfg.emulate_launch_us)
         ctx.save()
@@ -132,8 +132,9 @@ class GranularityProbe:
         """Calibrate the launch delay, then measure the launch and region costs again under it: every
         variant below runs with it, and GC010 judges them with the emulated costs."""
         ctx.progress(self.name, "launch-cost", message=f"emulating +{target_us:g} us per launch")
-        emu, self._delay = calibrate_emulation(ctx.backend, target_us, facts.launch)
-        with self._delay:
+        emu, delay = calibrate_emulation(ctx.backend, target_us, facts.launch)
+        self._delay = delay
+        with delay:
             facts.launch, unavailable = measure_launch_cost(ctx.backend)
         ctx.facts.unavailable.update(unavailable)
         facts.emulation = emu
@@ -339,9 +340,9 @@ def apply_model_variant(model: Any, variant: str, census: RegionCensus) -> Calla
     for i, layer in enumerate(decoder_layers(model)):
         targets: list[tuple[str, torch.nn.Module]] = []
         if variant in ("selective-mlp", "sub-layer"):
-            targets.append(("mlp", layer.mlp))
+            targets.append(("mlp", layer.get_submodule("mlp")))
         if variant in ("selective-attn", "sub-layer"):
-            targets.append(("attn", layer.self_attn))
+            targets.append(("attn", layer.get_submodule("self_attn")))
         if variant == "fine":
             targets += [(name.replace(".", "-"), mod) for name, mod in layer.named_modules()
                         if isinstance(mod, torch.nn.Linear)]
@@ -357,7 +358,7 @@ def apply_synthetic_variant(model: "SyntheticStack", variant: str, census: Regio
     reentrant = variant.endswith("-reentrant")
     base = variant.removesuffix("-reentrant")
     targets: list[tuple[str, torch.nn.Module]] = []
-    for i, block in enumerate(model.blocks):
+    for i, block in enumerate(model.typed_blocks()):
         if base == "block":
             targets.append((f"B{i}-", block))
         elif base == "linear":
@@ -412,7 +413,11 @@ class SyntheticStack(torch.nn.Module):
         self.train()
 
     def matmul_params(self) -> int:
-        return sum(b.fc1.weight.numel() + b.fc2.weight.numel() for b in self.blocks)
+        return sum(b.fc1.weight.numel() + b.fc2.weight.numel() for b in self.typed_blocks())
+
+    def typed_blocks(self) -> list[Block]:
+        """The blocks as Blocks (iterating a ModuleList gives plain Modules)."""
+        return [b for b in self.blocks if isinstance(b, Block)]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for block in self.blocks:
@@ -433,6 +438,7 @@ def _derive(group: GranularityGroup) -> None:
     for v in group.variants:
         if none is None or not none.fits or not v.fits:
             continue
+        assert v.step_ms is not None and none.step_ms is not None  # both fit
         v.time_added_pct = 100.0 * (v.step_ms / none.step_ms - 1.0)
         if none.saved_activation_bytes is not None and v.saved_activation_bytes is not None:
             v.memory_saved_bytes = none.saved_activation_bytes - v.saved_activation_bytes

@@ -217,9 +217,11 @@ class _Runner:
 
         plan, ctx, facts = self.plan[index], self.ctx, self.facts
         b = ctx.backend
+        dropout = facts.dropout_p if plan.dropout else 0.0
+        assert dropout is not None  # dropout_p is recorded when a run of the plan has dropout
         record = JitterRun(name=plan.name, checkpointing=plan.checkpointing,
                            preserve_rng_state=plan.preserve_rng_state if plan.checkpointing else None,
-                           dropout=facts.dropout_p if plan.dropout else 0.0, deterministic=plan.deterministic,
+                           dropout=dropout, deterministic=plan.deterministic,
                            micro_batches=plan.micro_batches)
         facts.runs.append(record)
         comparison = None
@@ -288,7 +290,7 @@ def _micro_batched_loss(n: int):
 
     def forward(model, input_ids):
         parts = input_ids.chunk(n)
-        done = 0.0
+        done: Any = 0.0  # a float, then a tensor once a micro-batch is done
         for part in parts[:-1]:
             loss = _causal_lm_loss(model, part) / n
             loss.backward()

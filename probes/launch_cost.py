@@ -150,7 +150,7 @@ def _tiny_regions(dev: Any) -> list[tuple[str, Any, tuple[torch.Tensor, ...], in
             t = F.linear(F.gelu(F.linear(t, a)), b)
         return t
 
-    out = [("linear", lambda t, a: F.linear(t, a), (x, ws[0]), 0)]
+    out: list[tuple[str, Any, tuple[torch.Tensor, ...], int]] = [("linear", lambda t, a: F.linear(t, a), (x, ws[0]), 0)]
     out += [(f"{n} block{'s' if n > 1 else ''}", chain, (x, *ws[:2 * n]), n) for n in REGION_BLOCKS]
     return out
 
@@ -160,6 +160,7 @@ def _measure_region(backend: Any, lc: LaunchCost, reps: int, repeats: int) -> No
     non-reentrant checkpoint around it, interleaved so drift hits both alike. The difference,
     minus the launches of the ops the recompute runs, is the region's Python and autograd
     bookkeeping; a least-squares line over the regions gives its fixed and per-op parts."""
+    fit: list[tuple[int, float]] = []  # (forward ops, extra us) of each region
     for name, fn, args, _blocks in _tiny_regions(backend.device):
         census = RegionCensus()
         census.reset(True)
@@ -185,14 +186,16 @@ def _measure_region(backend: Any, lc: LaunchCost, reps: int, repeats: int) -> No
             regions.append(_timed(backend, region, n))
         point.plain_us = statistics.median(plains)
         point.checkpoint_us = statistics.median(regions)
-        point.extra_us = max(point.checkpoint_us - point.plain_us - point.recomputed_ops * (lc.launch_us or 0.0), 0.0)
+        point.extra_us = extra = max(point.checkpoint_us - point.plain_us - point.recomputed_ops * (lc.launch_us or 0.0),
+                                     0.0)
         lc.region_points.append(point)
+        fit.append((point.forward_ops, extra))
         for a in args:
             a.grad = None
     lin = lc.region_points[0]
     lc.region_plain_us, lc.region_checkpoint_us = lin.plain_us, lin.checkpoint_us
     lc.region_recomputed_ops, lc.region_host_us = lin.recomputed_ops, lin.extra_us
-    lc.region_fixed_us, lc.region_per_op_us = _fit([(p.forward_ops, p.extra_us) for p in lc.region_points])
+    lc.region_fixed_us, lc.region_per_op_us = _fit(fit)
 
 
 def _timed(backend: Any, f: Any, n: int) -> float:

@@ -137,9 +137,10 @@ class OffloadProbe:
                     ctx.facts.unavailable[f"offload.{vs.name}"] = f"out of memory in the {m.oom_phase} phase"
             ctx.save()
         ref = facts.get(REFERENCE)
+        ref_ms = ref.step_ms if ref is not None and ref.ran else None
         for row in facts.variants:
-            if ref is not None and ref.ran and row.ran and row.variant != REFERENCE:
-                row.slowdown_pct = 100.0 * (row.step_ms / ref.step_ms - 1.0)
+            if ref_ms is not None and row.ran and row.step_ms is not None and row.variant != REFERENCE:
+                row.slowdown_pct = 100.0 * (row.step_ms / ref_ms - 1.0)
         ck = facts.get(CKPT_CPU)
         if ck is not None and ck.ckpt_check is not None:
             finish_check(ck, ref)
@@ -442,6 +443,7 @@ def finish_check(row: OffloadVariant, ref: OffloadVariant | None) -> None:
     else:
         ck.detail = "neither a device trace nor DeepSpeed's offload counters are available"
         return
+    assert ck.layer_input_bytes is not None  # the expected bytes were computed from it
     kept = f", {ck.kept_on_device} newest kept on the device by DeepSpeed" if ck.kept_on_device else ""
     ck.detail = (f"{got / mib:.1f} MiB/step went device-to-host; expected {expected / mib:.1f} MiB/step "
                  f"({ck.n_checkpoints} checkpoints of {ck.layer_input_bytes / mib:.1f} MiB{kept})")

@@ -171,21 +171,18 @@ class PoliciesProbe:
     def _drop_before_measuring(facts: PolicyFacts, checks: dict[str, P.CheckResult]) -> None:
         """Before the full model: a policy whose layers keep no fewer bytes than another's and whose
         per-layer step was no faster is dropped (one strictly better)."""
-        live = [c for c in facts.candidates if c.check is not None and c.check.saved_bytes_per_layer is not None
-                and checks[c.setting.policy].step_ms is not None]
+        live = _kept_and_timed(facts, checks)
         for c in facts.candidates:
             if c.predicted_largest_batch == 0:
                 c.dropped = "does not fit at batch 1 (predicted by the memory model)"
             elif c.check is not None and c.check.ok is False:
                 c.dropped = f"does not do what it claims: {c.check.note}"
-        for x in live:
+        for x, kx, tx in live:
             if x.dropped:
                 continue
-            kx, tx = x.check.saved_bytes_per_layer, checks[x.setting.policy].step_ms
-            for y in live:
+            for y, ky, ty in live:
                 if y is x or y.dropped or y.setting.policy == POLICY_OFFLOAD:  # the last resort drops nothing
                     continue
-                ky, ty = y.check.saved_bytes_per_layer, checks[y.setting.policy].step_ms
                 if ky <= kx and ty <= tx and (ky < kx or ty < tx):
                     x.dropped = (f"dominated by {y.setting.policy} on the probe layers: keeps "
                                  f"{_pct_less(ky, kx)} and steps {_pct_less(ty, tx)} time")
@@ -213,7 +210,9 @@ class PoliciesProbe:
                     cand.dropped = "the last resort: measured only when no other policy fits"
                     continue
                 t = time.monotonic()
-                batch = self._batch_for(facts, cand.predicted_largest_batch)
+                largest = cand.predicted_largest_batch
+                assert largest  # todo holds only candidates predicted to fit
+                batch = self._batch_for(facts, largest)
                 try:
                     for attempt in range(2):
                         ctx.progress(self.name, cand.setting.policy, batch, i, len(todo), message="full model")
@@ -357,6 +356,18 @@ def _optimizer(ctx) -> str:
 def _check_ms(checks: dict[str, P.CheckResult], c: PolicyCandidate) -> float:
     res = checks.get(c.setting.policy)
     return res.step_ms if res is not None and res.step_ms is not None else float("inf")
+
+
+def _kept_and_timed(facts: PolicyFacts, checks: dict[str, P.CheckResult]) -> list[tuple[PolicyCandidate, int, float]]:
+    """(candidate, bytes its layers keep, per-layer step ms) of the candidates whose check measured both."""
+    out = []
+    for c in facts.candidates:
+        if c.check is None or c.check.saved_bytes_per_layer is None:
+            continue
+        ms = checks[c.setting.policy].step_ms
+        if ms is not None:
+            out.append((c, c.check.saved_bytes_per_layer, ms))
+    return out
 
 
 def _pct_less(a: float, b: float) -> str:

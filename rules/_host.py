@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from gcdoctor.types import CONFIGURATION, Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
-from gcdoctor.facts.trace import JudgedWindow, TraceKey, judged_window, trace_window
+from gcdoctor.facts.trace import HostIdle, JudgedWindow, TraceKey, TraceMetrics, judged_window, trace_window
 from gcdoctor.rules._offload import PHASES, STEP_PROBES
 from gcdoctor.rules._scope import probe_of, scope_of
 
@@ -52,6 +52,20 @@ def where(facts: Facts, run: TraceKey, causes: tuple[str, ...]) -> tuple[str | N
     return best, best_us
 
 
+def idle_of(jw: JudgedWindow) -> HostIdle:
+    """The idle split of a window the host rules judge: HostCauseRule.check judges only windows with one."""
+    h = jw.idle
+    assert h is not None
+    return h
+
+
+def metrics_of(jw: JudgedWindow) -> TraceMetrics:
+    """The metrics of a window the host rules judge (one with an idle split)."""
+    m = jw.metrics
+    assert m is not None
+    return m
+
+
 def per_step(us: float, jw: JudgedWindow) -> tuple[float, str]:
     """(value, unit) of an idle time: ms per steady step, or ms over the traced time."""
     if jw.steps:
@@ -75,30 +89,34 @@ class HostCauseRule(Rule):
     judged_label = ""  # the evidence label of the judged idle ("device idle, <cause>" when empty)
 
     def judged_us(self, facts: Facts, jw: JudgedWindow) -> float:
-        total = getattr(jw.idle, f"{self.cause}_us")
+        total = getattr(idle_of(jw), f"{self.cause}_us")
         return max(total - ckpt_idle(facts, jw.run, self.cause), 0.0) if self.ckpt_is_gc010 else total
 
     def start(self, facts: Facts, jw: JudgedWindow) -> tuple[float, float, str, list[Evidence]]:
         """(idle judged in us, its share of the window, subject, the evidence every cause shows)."""
         us = self.judged_us(facts, jw)
         ev = self.base_evidence(jw, us)
-        ck = getattr(jw.idle, f"{self.cause}_us") - us
+        h = idle_of(jw)
+        ck = getattr(h, f"{self.cause}_us") - us
         if ck > 0:
             ev.append(Evidence("inside checkpointed regions (judged by GC010)", *per_step(ck, jw)))
-        return us, us / jw.idle.window_us, subject_of(jw.run), ev
+        return us, us / h.window_us, subject_of(jw.run), ev
 
     def check(self, facts: Facts, t: dict[str, float]) -> list[Verdict]:
         runs = host_runs(facts)
         if not runs:
             return [self.inconclusive("no profiled training step in the facts (the batch sweep and offload probes "
                                       "profile theirs; or analyze a trace)")]
-        out, passed, why_not = [], [], []
+        out: list[Verdict] = []
+        passed: list[Verdict] = []
+        why_not: list[str] = []
         for run in runs:
             jw = judged_window(facts.trace, run)
-            if jw.metrics is None or jw.idle is None:
+            h = jw.idle
+            if jw.metrics is None or h is None:
                 why_not.append(f"{subject_of(run)}: {jw.why}")
                 continue
-            if not jw.idle.window_us:
+            if not h.window_us:
                 why_not.append(f"{subject_of(run)}: an empty window")
                 continue
             v = self.one_off(jw, t) or self.judge(facts, jw, t)
@@ -122,7 +140,7 @@ class HostCauseRule(Rule):
         """A passed verdict when this cause crosses its line only because of one gap (the first
         allocation, the first launch, autotuning, initialisation): a one-off is not a recurring
         cost. None otherwise (judge as usual)."""
-        h = jw.idle
+        h = idle_of(jw)
         if h.largest_gap_cause != self.cause or not h.largest_gap_us or "min_share" not in t:
             return None
         total = getattr(h, f"{self.cause}_us")
@@ -136,7 +154,7 @@ class HostCauseRule(Rule):
                            subject=subject)
 
     def base_evidence(self, jw: JudgedWindow, us: float) -> list[Evidence]:
-        h = jw.idle
+        h = idle_of(jw)
         val, unit = per_step(us, jw)
         label = self.judged_label or f"device idle, {self.cause}"
         ev = [Evidence(label, val, unit),

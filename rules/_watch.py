@@ -19,6 +19,7 @@ def is_watched(facts: Facts) -> bool:
 
 def step_spread_pct(facts: Facts) -> float | None:
     """(max - min) / median of the unprofiled step times, after the first, in percent."""
+    assert facts.watch is not None  # a watched run
     xs = facts.watch.step_times()
     if len(xs) < 3:
         return None
@@ -37,6 +38,7 @@ def recompute_overhead(rule: Rule, facts: Facts, t: dict[str, float]) -> Verdict
     """GC001 on a watched run: the recomputation the profiled steps show, against the step and
     against one forward of the checkpointed layers (the analytic extra forward)."""
     w = facts.watch
+    assert w is not None  # is_watched
     rc, cs = w.recompute, w.checkpointing
     if rc is None or not rc.steps:
         return rule.inconclusive("no profiled step in the watched run (watch(..., profile_steps=(5, 6)) profiles "
@@ -109,6 +111,7 @@ def memory_headroom(rule: Rule, facts: Facts, t: dict[str, float]) -> Verdict:
     """GC005 on a watched run: would this run's batch fit without checkpointing? The memory
     model's forward/backward peak without it, the optimizer step's peak as measured."""
     w, mm = facts.watch, facts.memory_model
+    assert w is not None  # is_watched
     gc_on = bool(w.checkpointing.enabled or (w.recompute is not None and w.recompute.found))
     if mm is None:
         return rule.inconclusive(facts.missing_reason("memory_model"), **WATCH)
@@ -120,7 +123,7 @@ def memory_headroom(rule: Rule, facts: Facts, t: dict[str, float]) -> Verdict:
         return rule.inconclusive("no memory peak was measured in the forward and backward of the watched steps",
                                  **WATCH)
     b = w.batch_size
-    mine, other = mm.get("gc" if gc_on else "no_gc", b), mm.get("no_gc", b)
+    mine, other = (None, None) if b is None else (mm.get("gc" if gc_on else "no_gc", b), mm.get("no_gc", b))
     if mine is None or other is None:
         return rule.inconclusive(f"the memory model has no prediction at batch {b}", **WATCH)
     err = 100.0 * (mine.fwd_bwd_peak_bytes - fwd_bwd) / fwd_bwd

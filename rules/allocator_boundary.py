@@ -66,6 +66,8 @@ class AllocatorBoundaryRule(Rule):
 
     def check(self, facts: Facts, t: dict[str, float]):
         al = facts.allocator
+        if al is None:
+            return self.inconclusive(facts.missing_reason("allocator.boundaries"))
         out = []
         for variant in ("no_gc", "gc"):
             d, e = al.get(variant, "default"), al.get(variant, "expandable")

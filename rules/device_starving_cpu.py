@@ -67,6 +67,8 @@ class DeviceStarvingCpuRule(Rule):
     }
 
     def check(self, facts: Facts, t: dict[str, float]) -> list[Verdict]:
+        if facts.monitor is None:
+            return [self.inconclusive(facts.missing_reason("monitor.windows"))]
         windows = facts.monitor.windows
         keys = device_keys(facts)
         if not keys:

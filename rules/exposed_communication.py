@@ -57,7 +57,7 @@ class ExposedCommunicationRule(Rule):
     def check(self, facts: Facts, t: dict[str, float]):
         d = facts.distributed
         key = next((k for k in ("sweep/gc", "sweep/no_gc") if d.comm_of(k)), None) if d is not None else None
-        if key is None:
+        if key is None or d is None:  # d is None: no key either
             from_traces = self._from_traces(facts, t)
             if from_traces:
                 return from_traces

@@ -8,7 +8,7 @@ from gcdoctor.facts import Facts
 from gcdoctor.facts.offload import summary_value
 from gcdoctor.facts.trace import TraceMetrics
 from gcdoctor.facts.trace import JudgedWindow
-from gcdoctor.rules._host import PHASE_WORDS, HostCauseRule, where
+from gcdoctor.rules._host import PHASE_WORDS, HostCauseRule, idle_of, metrics_of, where
 from gcdoctor.rules._scope import probe_of, scope_of
 from gcdoctor.rules._offload import PHASES, CpuLoad, cpu_load, measurement_for, ms, pct, run_keys, steps_in, window
 
@@ -113,7 +113,7 @@ class HostBoundStepRule(HostCauseRule):
     ckpt_is_gc010 = True
 
     def judge(self, facts: Facts, jw: JudgedWindow, t: dict[str, float]) -> Verdict:
-        h, m = jw.idle, jw.metrics
+        h, m = idle_of(jw), metrics_of(jw)
         us, share, subject, ev = self.start(facts, jw)
         steps = jw.steps or 1
         unit = "per step" if jw.steps else "in the trace"
@@ -218,7 +218,8 @@ class HostBoundStepRule(HostCauseRule):
 
     def _reading(self, facts: Facts, key: str, tm: TraceMetrics) -> HostReading:
         steps = steps_in(facts, key)
-        w = tm.device_window_us
+        w, wait = tm.device_window_us, tm.idle_host_wait_us
+        assert w is not None and wait is not None  # only windows with device activity are read
         m = measurement_for(facts, key) if key != "all" else None
         tel = m.telemetry if m is not None else {}
         cpu = cpu_load(tel) if tel else None
@@ -226,9 +227,9 @@ class HostBoundStepRule(HostCauseRule):
         busy = None
         if tm.cpu_busy_us is not None and tm.wall_us:
             busy = max(tm.cpu_busy_us - (tm.sync_call_us or 0.0), 0.0) / tm.wall_us
-        r = HostReading(subject=key if key != "all" else "trace", host_wait_share=tm.idle_host_wait_us / w,
+        r = HostReading(subject=key if key != "all" else "trace", host_wait_share=wait / w,
                         idle_share=None if tm.idle_us is None else tm.idle_us / w,
-                        host_wait_ms=ms(tm.idle_host_wait_us, steps), per_step=steps is not None, cpu=cpu,
+                        host_wait_ms=ms(wait, steps), per_step=steps is not None, cpu=cpu,
                         trace_host_busy_share=busy, util_mean_pct=summary_value(tel, f"{dk}.util_pct", "mean"),
                         util_min_pct=summary_value(tel, f"{dk}.util_pct", "min"),
                         step_ms=m.step_ms_median if m is not None else None)
@@ -245,10 +246,11 @@ class HostBoundStepRule(HostCauseRule):
         if r.where is not None:
             ev.append(Evidence(f"where the host spent it: {r.where} (host time the device did not match, share of "
                                "the host-wait idle)", pct(r.where_share), "%"))
-        telemetry = r.cpu is not None and r.cpu.known
-        if telemetry:
-            ev += [Evidence("host CPU mean", r.cpu.cpu_pct, "%"), Evidence("busiest core mean", r.cpu.max_core_pct, "%"),
-                   Evidence("process CPU mean (100 = one core)", r.cpu.proc_pct, "%"),
+        cpu = r.cpu if r.cpu is not None and r.cpu.known else None
+        telemetry = cpu is not None
+        if cpu is not None:
+            ev += [Evidence("host CPU mean", cpu.cpu_pct, "%"), Evidence("busiest core mean", cpu.max_core_pct, "%"),
+                   Evidence("process CPU mean (100 = one core)", cpu.proc_pct, "%"),
                    Evidence("device utilisation mean", r.util_mean_pct, "%"),
                    Evidence("device utilisation min", r.util_min_pct, "%")]
         else:
@@ -259,8 +261,8 @@ class HostBoundStepRule(HostCauseRule):
         if r.host_wait_share < t["min_host_wait_share"]:
             return self.passed(f"{r.subject}: host-wait idle {pct(r.host_wait_share):.0f}% of the device window",
                                ev, subject=r.subject)
-        if telemetry:
-            saturated = r.cpu.saturated(t)
+        if cpu is not None:
+            saturated = cpu.saturated(t)
         elif r.trace_host_busy_share is not None:
             saturated = r.trace_host_busy_share >= t["trace_host_busy_share"]
         else:
@@ -297,7 +299,7 @@ def _where(facts: Facts, key: str, tm: TraceMetrics) -> tuple[str | None, float 
             excess[phase] = max(pw.wall_us - (pw.busy_us or 0.0), 0.0)
     if not excess or wait <= 0:
         return None, None
-    phase = max(excess, key=excess.get)
+    phase = max(excess, key=lambda p: excess[p])
     if excess[phase] < 0.5 * wait:
         return "outside", None
     return phase, min(excess[phase] / wait, 1.0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from gcdoctor.types import Evidence, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.trace import JudgedWindow
-from gcdoctor.rules._host import HostCauseRule, one_off_evidence, per_step
+from gcdoctor.rules._host import HostCauseRule, idle_of, one_off_evidence, per_step
 
 # the rule judging each host cause alone, and its default line
 CAUSE_RULES = {"sync": ("GC022", 0.05), "setup": ("GC023", 0.1), "dispatch": ("GC021", 0.2),
@@ -59,13 +59,13 @@ class HostStarvedDeviceRule(HostCauseRule):
     }
 
     def judged_us(self, facts: Facts, jw: JudgedWindow) -> float:
-        return jw.idle.host_us
+        return idle_of(jw).host_us
 
     def one_off(self, jw: JudgedWindow, t: dict[str, float]) -> Verdict | None:
         return None  # judged in judge(): the one-off is this rule's finding
 
     def judge(self, facts: Facts, jw: JudgedWindow, t: dict[str, float]) -> Verdict:
-        h = jw.idle
+        h = idle_of(jw)
         us, share, subject, ev = self.start(facts, jw)
         shares = {c: getattr(h, f"{c}_us") / h.window_us for c in CAUSE_RULES}
         for c, sh in sorted(shares.items(), key=lambda kv: -kv[1]):

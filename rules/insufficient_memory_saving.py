@@ -53,6 +53,7 @@ class InsufficientMemorySavingRule(Rule):
             return self.inconclusive("peak memory or model-state sizes were not measured")
         eq = EqualBatch(b, off, on)
         saving, total = eq.activation_saving_pct, eq.peak_saving_pct
+        assert saving is not None  # both activation peaks were measured, the one without GC above 0
         ev = [Evidence("batch size (both variants)", b),
               Evidence("activation memory without GC", gib(a_off), "GiB"),
               Evidence("activation memory with GC", gib(a_on), "GiB"),

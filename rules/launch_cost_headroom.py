@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from gcdoctor.types import EXPERIMENT, Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
-from gcdoctor.facts.granularity import WHATIF_HOST
+from gcdoctor.facts.granularity import WHATIF_HOST, GranularityVariant, LaunchWhatIf
 from gcdoctor.rules._granularity import TRADEOFF_DEFAULTS, best_tradeoff
 
 
@@ -55,6 +55,8 @@ class LaunchCostHeadroomRule(Rule):
 
     def check(self, facts: Facts, t: dict[str, float]) -> list[Verdict]:
         g = facts.granularity
+        if g is None:
+            return [self.inconclusive(facts.missing_reason("granularity"))]
         group = g.group("model")
         base = g.launch.launch_us if g.launch is not None else None
         if group is None or base is None:
@@ -62,7 +64,7 @@ class LaunchCostHeadroomRule(Rule):
         rows = [v for v in group.variants if v.whatif is not None and v.break_even_launch_us is not None]
         if not rows:
             return [self.inconclusive(f"no what-if for the model's variants ({facts.missing_reason('granularity')})")]
-        if all(v.whatif.method == WHATIF_HOST for v in rows):
+        if all(_whatif(v).method == WHATIF_HOST for v in rows):
             return [self.inconclusive("on the CPU the host is the device: every extra microsecond per op adds to "
                                       "the step, there is no device to keep ahead of", subject="model")]
         emu = g.emulation
@@ -79,14 +81,14 @@ class LaunchCostHeadroomRule(Rule):
                 return [self.fired(
                     "warning", f"{subject}: the host keeps ahead of the device only up to "
                     f"{pick.break_even_launch_us:.1f} us per launch, {device}: it {state}", ev,
-                    f"{pick.variant} needs {pick.whatif.host_issue_ms:.1f} ms of host time per step to issue "
-                    f"{pick.whatif.launches_per_step or 0:,.0f} launches, against a {pick.step_ms:.1f} ms step: "
+                    f"{pick.variant} needs {_whatif(pick).host_issue_ms:.1f} ms of host time per step to issue "
+                    f"{_whatif(pick).launches_per_step or 0:,.0f} launches, against a {pick.step_ms:.1f} ms step: "
                     "a little more host time per launch and the device waits on the host." + _emu_note(g),
                     "Checkpoint fewer, larger regions; cut host work per step (CUDA graphs or torch.compile, larger "
                     "batches or sequences); keep other work off this process's CPU. " + _best_at_high_cost(g, rows),
                     subject=subject, line=f"launches cost {base:.1f} us here: {pick.variant} checkpointing {state}")]
-        low = min(rows, key=lambda v: v.break_even_launch_us)
-        high = max(rows, key=lambda v: v.break_even_launch_us)
+        low = min(rows, key=_break_even)
+        high = max(rows, key=_break_even)
         tail = ""
         if pick is not None and pick.predicted_overhead_pct and pick.predicted_overhead_pct[-1] is not None \
                 and pick.time_added_pct is not None:
@@ -94,9 +96,21 @@ class LaunchCostHeadroomRule(Rule):
                     f"{pick.predicted_overhead_pct[-1]:+.0f}% ({pick.time_added_pct:+.0f}% here)")
         return [self.passed(
             f"model: every variant stays device-bound up to {low.break_even_launch_us:.0f} us ({low.variant}) to "
-            f"{high.break_even_launch_us:.0f} us ({high.variant}) per launch, {low.break_even_launch_us / base:.1f}-"
-            f"{high.break_even_launch_us / base:.1f}x {device}{tail}", ev, subject="model",
+            f"{high.break_even_launch_us:.0f} us ({high.variant}) per launch, {_break_even(low) / base:.1f}-"
+            f"{_break_even(high) / base:.1f}x {device}{tail}", ev, subject="model",
             explanation=_emu_note(g).strip())]
+
+
+def _whatif(v: GranularityVariant) -> LaunchWhatIf:
+    """The what-if of a variant with a break-even launch cost (derive_whatif sets it from the what-if)."""
+    assert v.whatif is not None
+    return v.whatif
+
+
+def _break_even(v: GranularityVariant) -> float:
+    """The break-even launch cost of one of the rows (the variants that have one)."""
+    assert v.break_even_launch_us is not None
+    return v.break_even_launch_us
 
 
 def _rows(points: list[float], rows: list, base: float) -> list[Evidence]:

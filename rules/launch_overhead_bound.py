@@ -133,11 +133,12 @@ class LaunchOverheadBoundRule(Rule):
                         else (v.recompute_share is not None and v.recompute_share <= 0.0))
         memory_note = _memory_note(v, no_saving, no_recompute)
         none = group.get("none")
-        refs = [group.get(v.baseline_variant or "none")]
-        if refs[0] is not none:
-            refs.append(none)
-        refs = [r for r in refs if r is not None and r.fits]
-        inconclusive, ev = None, []
+        candidates = [group.get(v.baseline_variant or "none")]
+        if candidates[0] is not none:
+            candidates.append(none)
+        refs = [r for r in candidates if r is not None and r.fits]
+        inconclusive: Verdict | None = None
+        ev: list[Evidence] = []
         for base in refs:
             verdict, ev_base = self._compare(facts, group, v, base, lc, memory_note, no_saving, t)
             ev = ev or ev_base
@@ -159,8 +160,10 @@ class LaunchOverheadBoundRule(Rule):
                  t: dict[str, float]) -> tuple[Verdict | None, list[Evidence]]:
         """(a warning or an inconclusive verdict or None, the evidence) of `v` against `base`."""
         subject = f"{group.name}/{v.variant}"
-        dt_ms = v.step_ms - base.step_ms
-        dt_pct = 100.0 * dt_ms / base.step_ms
+        v_ms, base_ms = v.step_ms, base.step_ms
+        assert v_ms is not None and base_ms is not None  # both fit
+        dt_ms = v_ms - base_ms
+        dt_pct = 100.0 * dt_ms / base_ms
         launch_ms = region_ms = None
         d_kernels = d_regions = None
         if lc is not None and lc.launch_us is not None and v.kernels_per_step is not None \
@@ -168,7 +171,8 @@ class LaunchOverheadBoundRule(Rule):
             d_kernels = v.kernels_per_step - base.kernels_per_step
             launch_ms = max(d_kernels, 0.0) * lc.launch_us / 1e3
         host_v, host_b = region_host_ms(v, lc), region_host_ms(base, lc)
-        if host_v is not None and host_b is not None:
+        if host_v is not None and host_b is not None and v.regions_per_step is not None \
+                and base.regions_per_step is not None:
             d_regions = v.regions_per_step - base.regions_per_step
             region_ms = max(host_v - host_b, 0.0)
         ev = [Evidence(f"step, {v.variant}", v.step_ms, "ms"), Evidence(f"step, {base.variant}", base.step_ms, "ms"),
@@ -180,8 +184,9 @@ class LaunchOverheadBoundRule(Rule):
             return self.inconclusive(
                 f"{subject} adds {dt_pct:.0f}% over {base.variant}, but neither kernel counts nor the per-region "
                 f"cost were measured ({facts.missing_reason('granularity.kernels_per_step')})", subject=subject), ev
+        assert lc is not None  # an estimate needs the measured costs
         shares = {CAUSE_LAUNCH: (launch_ms or 0.0) / dt_ms, CAUSE_HOST: (region_ms or 0.0) / dt_ms}
-        cause = max(shares, key=shares.get)
+        cause = max(shares, key=lambda k: shares[k])
         explained = shares[CAUSE_LAUNCH] + shares[CAUSE_HOST]
         ev += [Evidence("launch overhead estimate (extra kernels x launch cost)", launch_ms, "ms"),
                Evidence("host overhead estimate (extra regions x measured region cost)", region_ms, "ms"),
@@ -194,8 +199,8 @@ class LaunchOverheadBoundRule(Rule):
         if contradiction is not None:
             ev.append(Evidence("not overhead-bound because", contradiction))
             return None, ev
-        return self._fire(facts, group, v, base, lc, cause, shares, dt_ms, dt_pct, launch_ms, d_kernels, ev,
-                          memory_note, no_saving, t), ev
+        return self._fire(facts, group, v, base, lc, cause, shares, dt_ms, dt_pct, launch_ms, d_kernels, d_regions,
+                          ev, memory_note, no_saving, t), ev
 
     def _device_contradicts(self, v: GranularityVariant, lc: LaunchCost | None, cause: str,
                             t: dict[str, float]) -> str | None:
@@ -211,9 +216,9 @@ class LaunchOverheadBoundRule(Rule):
         return None
 
     def _fire(self, facts: Facts, group: GranularityGroup, v: GranularityVariant, base: GranularityVariant,
-              lc: LaunchCost | None, cause: str, shares: dict[str, float], dt_ms: float, dt_pct: float,
-              launch_ms: float | None, d_kernels: float | None, ev: list[Evidence], memory_note: str,
-              no_saving: bool, t: dict[str, float]) -> Verdict:
+              lc: LaunchCost, cause: str, shares: dict[str, float], dt_ms: float, dt_pct: float,
+              launch_ms: float | None, d_kernels: float | None, d_regions: int | None, ev: list[Evidence],
+              memory_note: str, no_saving: bool, t: dict[str, float]) -> Verdict:
         subject = f"{group.name}/{v.variant}"
         share = shares[cause]
         if share <= 1.0:
@@ -236,7 +241,7 @@ class LaunchOverheadBoundRule(Rule):
             why = (f"{v.variant} runs {d_kernels:+,.0f} kernels per step over {base.variant}; at the measured "
                    f"{lc.launch_us:.2f} us per launch that is {launch_ms:.1f} ms of the {dt_ms:.1f} ms added. ")
         else:
-            why = (f"{v.variant} has {v.regions_per_step - base.regions_per_step:+d} checkpoint regions per step over "
+            why = (f"{v.variant} has {d_regions:+d} checkpoint regions per step over "
                    f"{base.variant}; at the measured {lc.region_fixed_us:.0f} us per region plus "
                    f"{lc.region_per_op_us:.0f} us per op inside it, their Python and autograd bookkeeping is "
                    f"{shares[cause] * dt_ms:.1f} ms of the {dt_ms:.1f} ms added. ")
@@ -259,20 +264,20 @@ class LaunchOverheadBoundRule(Rule):
         jw = judged_window(facts.trace, run)
         subject = f"trace:{run}"
         name = "Trace" if run.run is None else run.run
-        if jw.idle is None or not jw.idle.window_us:
+        h, m = jw.idle, jw.metrics
+        if h is None or m is None or not h.window_us:
             return self.inconclusive(f"{name}: {jw.why or 'no device idle split'}", subject=subject,
                                      scope=CONFIGURATION, topic="trace")
-        regions = [trace_window(facts.trace, run, w) for w in ("ckpt-forward", "recompute")]
-        regions = [m for m in regions if m is not None and m.host_idle is not None]
+        windows = [trace_window(facts.trace, run, w) for w in ("ckpt-forward", "recompute")]
+        regions = [r.host_idle for r in windows if r is not None and r.host_idle is not None]
         if not regions:
             return self.inconclusive(f"{name}: no checkpointed regions found (no gcdoctor/ckpt-forward or "
                                      "gcdoctor/recompute ranges, no recompute found): checkpoint granularity cannot "
                                      "be judged; the host causes of idle are GC021-GC025's", subject=subject,
                                      scope=CONFIGURATION, topic="trace")
-        h, m = jw.idle, jw.metrics
-        dispatch = sum(r.host_idle.dispatch_us for r in regions)
-        python = sum(r.host_idle.python_us for r in regions)
-        region_us = sum(r.host_idle.window_us for r in regions)
+        dispatch = sum(r.dispatch_us for r in regions)
+        python = sum(r.python_us for r in regions)
+        region_us = sum(r.window_us for r in regions)
         share = (dispatch + python) / h.window_us
         kernels = m.kernel_count or 0
         if kernels < t["min_region_kernels"] and share >= t["min_region_idle_share"]:  # too little to fire on
@@ -397,7 +402,7 @@ def _memory_note(v: GranularityVariant, no_saving: bool, no_recompute: bool) -> 
 
 def _region_cost_text(v: GranularityVariant, lc: LaunchCost | None) -> str:
     ms = region_host_ms(v, lc)
-    if ms is None:
+    if ms is None or lc is None:
         return ""
     return (f"Its {v.regions_per_step} regions per step cost about {ms:.1f} ms of host time at the measured "
             f"{lc.region_fixed_us:.0f} us per region plus {lc.region_per_op_us:.0f} us per op inside one.")
@@ -414,6 +419,7 @@ def _instead(group: GranularityGroup, v: GranularityVariant, base: GranularityVa
         parts.append(f"Use no checkpointing here if the memory allows: it costs {_mib(v.memory_saved_bytes)} MiB "
                      f"more activation memory than {v.variant}.")
     elif base.variant != "none" and base is not v:
+        assert base.step_ms is not None and v.step_ms is not None  # both fit
         extra = (None if v.saved_activation_bytes is None or base.saved_activation_bytes is None
                  else base.saved_activation_bytes - v.saved_activation_bytes)
         parts.append(("To save memory, use " if no_saving else "Use ") + f"{base.variant} instead ({base.description}): "

@@ -145,6 +145,8 @@ class LossJitterRule(Rule):
 
     def check(self, facts: Facts, t: dict[str, float]):
         j = facts.jitter
+        if j is None:
+            return self.inconclusive(facts.missing_reason("jitter.comparisons"))
         out: list[Verdict] = []
         for c in j.comparisons:
             if c.role in VERDICT_ROLES:
@@ -168,6 +170,7 @@ class LossJitterRule(Rule):
         if missing:
             return self.inconclusive(missing, subject)
         u = j.unit_roundoff
+        assert base is not None and ref is not None and u is not None  # _missing says why any is missing
         cls = classify(c, base, ref.losses, u, t)
         ev = self._evidence(j, c, base, cls)
         if c.role == "main":

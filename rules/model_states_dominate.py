@@ -54,6 +54,7 @@ class ModelStatesDominateRule(Rule):
         where = "the memory limit" if limit else "the device's memory"
         if m is not None:
             params, grads, states_b = m.param_bytes, m.grad_bytes, m.optimizer_state_bytes
+            assert params is not None and grads is not None and states_b is not None  # m has model_state_bytes
             source = "measured"
         elif mm is not None and mm.model_state_bytes:
             params, grads, states_b = mm.param_bytes, mm.grad_bytes, mm.optimizer_state_bytes
@@ -102,7 +103,7 @@ class ModelStatesDominateRule(Rule):
         off = facts.offload
         row = off.get(OFFLOAD_VARIANT) if off is not None else None
         opt = next((o for o in (mm.fit_options if mm else []) if o.key == "zero-offload"), None)
-        if row is None or row.measurement is None or not row.measurement.fits or opt is None:
+        if off is None or row is None or row.measurement is None or not row.measurement.fits or opt is None:
             return None
         meas = row.measurement.peak_allocated_bytes
         pred = opt.predicted_probe_peak_bytes

@@ -49,15 +49,19 @@ class OffloadLinkWhatIfRule(Rule):
 
     def check(self, facts: Facts, t: dict[str, float]) -> list[Verdict]:
         of = facts.offload
+        if of is None:
+            return [self.inconclusive(facts.missing_reason("offload"))]
         rows = [v for v in of.variants if v.link_whatif]
         if not rows:
             return [self.inconclusive(facts.missing_reason("offload.link_whatif"))]
         ev = _check_evidence(of)
         check = of.link_check
-        if check is not None and check.error_pct is not None and abs(check.error_pct) > t["max_check_error_pct"]:
+        pred = check.prediction if check is not None else None
+        if check is not None and pred is not None and check.error_pct is not None \
+                and abs(check.error_pct) > t["max_check_error_pct"]:
             return [self.inconclusive(
                 f"the slower-link arithmetic missed its check: {check.source}'s copies at {check.target}'s measured "
-                f"bandwidth predict {check.prediction.step_ms:,.0f} ms, {check.target} measured "
+                f"bandwidth predict {pred.step_ms:,.0f} ms, {check.target} measured "
                 f"{check.measured_step_ms:,.0f} ms ({check.error_pct:+.0f}%)")]
         out = []
         for v in rows:
@@ -65,7 +69,7 @@ class OffloadLinkWhatIfRule(Rule):
             worst = v.link_whatif[-1]
             ev_v = _variant_evidence(v) + ev
             if here < t["min_stall_share"] and worst.stall_share is not None and worst.exposed_copy_ms is not None \
-                    and worst.exposed_copy_ms / worst.step_ms >= t["min_stall_share"]:
+                    and worst.step_ms is not None and worst.exposed_copy_ms / worst.step_ms >= t["min_stall_share"]:
                 out.append(self.fired(
                     "info", f"{v.variant}: {_pct(v.slowdown_pct)} here, predicted {_pct(worst.slowdown_pct)} on a "
                     f"{worst.link} host (copies exposed {worst.exposed_copy_ms:.0f} ms of {worst.step_ms:.0f} ms)",
@@ -96,7 +100,7 @@ def _variant_evidence(v: OffloadVariant) -> list[Evidence]:
           Evidence("copy time here (exposed)", f"{v.copy_ms or 0:.1f} ms ({v.exposed_copy_ms or 0:.1f} ms)"),
           Evidence("step here", v.step_ms, "ms")]
     for w in v.link_whatif:
-        low = ("" if w.exposed_copy_ms_if_overlap_scales is None
+        low = ("" if w.exposed_copy_ms_if_overlap_scales is None or w.exposed_copy_ms is None
                or abs(w.exposed_copy_ms_if_overlap_scales - w.exposed_copy_ms) < 0.05
                else f", {w.exposed_copy_ms_if_overlap_scales:.1f} ms if the overlap scaled")
         ev.append(Evidence(f"{w.link}: {w.h2d_gbs:.1f} / {w.d2h_gbs:.1f} GB/s",

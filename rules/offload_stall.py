@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from gcdoctor.units import cost_words
 from gcdoctor.types import CONFIGURATION, EXPERIMENT, Evidence, Rule, Verdict, severity_rank
 from gcdoctor.facts import Facts
-from gcdoctor.facts.offload import OffloadVariant, read_copies, stall_shares
+from gcdoctor.facts.offload import OffloadFacts, OffloadVariant, read_copies, stall_shares
 from gcdoctor.rules._offload import CpuLoad, link_peak, ms, pct, steps_in
 
 CAUSE_PAGEABLE = "pageable copies"
@@ -153,7 +153,7 @@ class OffloadStallRule(Rule):
     def check(self, facts: Facts, t: dict[str, float]) -> list[Verdict]:
         o = facts.offload
         if o is not None and o.variants:
-            return self._variants(facts, t)
+            return self._variants(facts, o, t)
         if "all" in facts.trace:
             out = self._bare_trace(facts, t)
             for v in out:
@@ -168,9 +168,9 @@ class OffloadStallRule(Rule):
         return [self.inconclusive(facts.missing_reason("offload"))]
 
     # -- the offload probe -------------------------------------------------------------------
-    def _variants(self, facts: Facts, t: dict[str, float]) -> list[Verdict]:
-        return self._stalls(facts, t) + [v for v in (self._offloaded(facts, x, t) for x in facts.offload.variants)
-                                         if v is not None]
+    def _variants(self, facts: Facts, o: OffloadFacts, t: dict[str, float]) -> list[Verdict]:
+        return self._stalls(facts, o, t) + [v for v in (self._offloaded(facts, x, t) for x in o.variants)
+                                            if v is not None]
 
     def _offloaded(self, facts: Facts, v: OffloadVariant, t: dict[str, float]) -> Verdict | None:
         """Did a variant that should put the checkpoints on the host (DeepSpeed cpu_checkpointing) do so?
@@ -210,8 +210,7 @@ class OffloadStallRule(Rule):
             "forward falls.", subject=subject,
             line=f"DeepSpeed cpu_checkpointing did not move the checkpoints to the host here ({got / expected:.0%})")
 
-    def _stalls(self, facts: Facts, t: dict[str, float]) -> list[Verdict]:
-        o = facts.offload
+    def _stalls(self, facts: Facts, o: OffloadFacts, t: dict[str, float]) -> list[Verdict]:
         ref = o.get(o.reference)
         ref_stall = ref.stall_share if ref is not None and ref.ran else None
         readings, why_not = [], []
@@ -224,7 +223,7 @@ class OffloadStallRule(Rule):
             if v.stall_share is None:
                 why_not.append(f"{v.variant}: {_no_device_reason(facts, v)}")
                 continue
-            readings.append(_from_row(facts, v, ref_stall))
+            readings.append(_from_row(facts, o, v, ref_stall))
         if not readings:
             if facts.environment.device_kind == "cpu":
                 return [self.inconclusive("CPU run: host and device are the same memory and the traces have no "
@@ -247,13 +246,13 @@ class OffloadStallRule(Rule):
         if tm.setup_only:
             return [self.inconclusive(f"the trace holds only one-time setup ({tm.setup_reason})",
                                       subject=subject if key != "all" else "")]
-        st = stall_shares(tm)
-        if st is None:
+        st, window_us = stall_shares(tm), tm.device_window_us
+        if st is None or window_us is None:
             return [self.inconclusive(f"the trace has no device metrics ({tm.device_unavailable or 'no device ops'})",
                                       subject=subject if key != "all" else "")]
         c = read_copies(tm)
         steps = steps_in(facts, key)
-        copy_share = c.time_us / tm.device_window_us
+        copy_share = c.time_us / window_us
         if copy_share < t["min_copy_share"]:
             return [self.passed(f"No host-device copy traffic to stall on: copies take {100 * copy_share:.1f}% of "
                                 "the device time", [Evidence("host-device copy time", ms(c.time_us, steps),
@@ -311,8 +310,8 @@ def _device_finding(fired: list[Verdict], readings: list[StallReading]) -> None:
     stalled = {v.subject for v in fired if costs.get(v.subject) is not None}
     if not stalled:
         return
-    best = min(stalled, key=costs.get)
-    cheap = sorted((s for s in costs if s not in stalled), key=costs.get)
+    best = min(stalled, key=lambda s: costs[s])
+    cheap = sorted((s for s in costs if s not in stalled), key=lambda s: costs[s])
     line = (f"CPU offload {cost_words(costs[best])} step time or more here ({best}): avoid it unless memory "
             "forces it")
     if cheap:
@@ -361,8 +360,7 @@ def _causes(r: StallReading, t: dict[str, float]) -> list[str]:
     return causes
 
 
-def _from_row(facts: Facts, v: OffloadVariant, ref_stall: float | None) -> StallReading:
-    o = facts.offload
+def _from_row(facts: Facts, o: OffloadFacts, v: OffloadVariant, ref_stall: float | None) -> StallReading:
     cpu = CpuLoad(v.cpu_pct_mean, v.cpu_max_core_pct_mean, v.proc_cpu_pct_mean)
     r = StallReading(
         subject=v.variant, stall_share=v.stall_share or 0.0, exposed_copy_share=v.exposed_copy_share or 0.0,

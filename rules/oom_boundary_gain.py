@@ -38,6 +38,8 @@ class OomBoundaryGainRule(Rule):
 
     def check(self, facts: Facts, t: dict[str, float]):
         sweep = facts.sweep
+        if sweep is None:
+            return self.inconclusive(facts.missing_reason("sweep.max_batch"))
         if not sweep.searched:
             return self.inconclusive("batch sizes were fixed (--batch-sizes): no search for the largest batch")
         off, on = sweep.max_batch.get("no_gc"), sweep.max_batch.get("gc")
@@ -50,7 +52,7 @@ class OomBoundaryGainRule(Rule):
                 ev.append(Evidence(f"tokens/s at that batch ({variant})", m.tokens_per_s, "tok/s"))
             oom = min((x for x in sweep.measurements if x.variant == variant and not x.fits and x.oom is not None
                        and (b is None or x.batch_size > b)), key=lambda x: x.batch_size, default=None)
-            if oom is not None:
+            if oom is not None and oom.oom is not None:
                 o = oom.oom
                 held = "" if o.reserved_unallocated_bytes is None else (
                     f", {fmt_bytes(o.reserved_unallocated_bytes)} cached but unallocated")

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from gcdoctor.types import Evidence, Rule
-from gcdoctor.facts import Facts
+from gcdoctor.facts import Facts, Measurement
 from gcdoctor.rules._sweep import gib
 
 LABEL = {"adamw": "foreach AdamW", "adamw-forloop": "AdamW(foreach=False)", "adamw-fused": "AdamW(fused=True)"}
@@ -13,6 +13,12 @@ SETTING = {"adamw-forloop": "torch.optim.AdamW(params, foreach=False)",
 def _size(n: float) -> str:
     """Bytes as a person reads them: GiB to one decimal, MiB below 1 GiB (a small model's saving)."""
     return f"{n / 2**30:.1f} GiB" if abs(n) >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+def _peak(m: Measurement) -> int:
+    """The step's peak of a measurement that fits (the probe records it for every step it completes)."""
+    assert m.peak_allocated_bytes is not None
+    return m.peak_allocated_bytes
 
 
 class OptimizerStepPeakRule(Rule):
@@ -67,6 +73,8 @@ class OptimizerStepPeakRule(Rule):
 
     def check(self, facts: Facts, t: dict[str, float]):
         opt = facts.optimizer
+        if opt is None:
+            return self.inconclusive(facts.missing_reason("optimizer.measurements"))
         base = opt.get("adamw")
         if base is None:
             return self.inconclusive(f"foreach AdamW did not complete a step at batch {opt.batch_size}")
@@ -77,6 +85,7 @@ class OptimizerStepPeakRule(Rule):
         if base.peak_phase != "optimizer step":
             return self.passed(f"At batch {b} the step peaks in the forward/backward ({gib(fb):.1f} GiB), not the "
                                f"optimizer step ({gib(op):.1f} GiB)", ev)
+        assert fb is not None and op is not None  # the optimizer step's peak phase was read from both
         best = None
         for name in ("adamw-fused", "adamw-forloop"):
             m = opt.get(name)
@@ -84,19 +93,19 @@ class OptimizerStepPeakRule(Rule):
                 if name in opt.skipped:
                     ev.append(Evidence(f"{LABEL[name]}", f"not measured: {opt.skipped[name]}"))
                 continue
-            saving = 100.0 * (1 - m.peak_allocated_bytes / base.peak_allocated_bytes)
+            saving = 100.0 * (1 - _peak(m) / _peak(base))
             dt = 100.0 * (m.step_ms_median / base.step_ms_median - 1) if m.step_ms_median and base.step_ms_median else None
             ev.append(Evidence(f"{LABEL[name]}: peak", gib(m.peak_allocated_bytes), "GiB"))
             ev.append(Evidence(f"{LABEL[name]}: peak change", -saving, "%"))
             if dt is not None:
                 ev.append(Evidence(f"{LABEL[name]}: step time change", dt, "%"))
             if saving >= t["min_saving_pct"] and (dt is None or dt <= t["max_slowdown_pct"]):
-                if best is None or m.peak_allocated_bytes < best[1].peak_allocated_bytes:
+                if best is None or _peak(m) < _peak(best[1]):
                     best = (name, m, saving, dt)
         for name, p in opt.predicted_peak_bytes.items():
             ev.append(Evidence(f"predicted peak, {LABEL.get(name, name)}", gib(p), "GiB"))
         ev.append(Evidence("step time (foreach)", base.step_ms_median, "ms"))
-        head = (f"At batch {b} the step's peak is the optimizer step ({_size(base.peak_allocated_bytes)}, "
+        head = (f"At batch {b} the step's peak is the optimizer step ({_size(_peak(base))}, "
                 f"forward/backward {_size(fb)}): checkpointing cannot lower it")
         why = ("foreach AdamW makes one parameter-sized temporary per parameter (torch._foreach_sqrt) while the "
                "gradients are alive; recomputation only shrinks what the forward saves.")
@@ -120,7 +129,7 @@ class OptimizerStepPeakRule(Rule):
                 line=(f"{LABEL[name]}:{cost.replace(',', '')}, optimizer-step peak -{saving:.0f}% (batch {b})"
                       if cost else f"{LABEL[name]}: optimizer-step peak -{saving:.0f}% (batch {b})"))
         return self.fired(
-            "warning", f"{head}; {LABEL[name]} peaks at {_size(m.peak_allocated_bytes)} (-{saving:.0f}%{cost})",
-            ev, why, f"Use {SETTING[name]}: {_size(base.peak_allocated_bytes - m.peak_allocated_bytes)} lower "
+            "warning", f"{head}; {LABEL[name]} peaks at {_size(_peak(m))} (-{saving:.0f}%{cost})",
+            ev, why, f"Use {SETTING[name]}: {_size(_peak(base) - _peak(m))} lower "
                      f"peak at batch {b}{cost.replace(', step', ', step time')}.",
             line=f"optimizer step is the peak at batch {b}: {LABEL[name]} -{saving:.0f}%{cost}")

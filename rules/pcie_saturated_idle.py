@@ -64,6 +64,8 @@ class PcieSaturatedIdleRule(Rule):
     }
 
     def check(self, facts: Facts, t: dict[str, float]) -> list[Verdict]:
+        if facts.monitor is None:
+            return [self.inconclusive(facts.missing_reason("monitor.windows"))]
         windows = facts.monitor.windows
         keys = device_keys(facts)
         if not keys:

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from gcdoctor.units import cost_words
 from gcdoctor.types import CONFIGURATION, Evidence, Rule, Verdict
-from gcdoctor.facts import Facts, Measurement
+from gcdoctor.facts import Facts, Measurement, SweepFacts
 from gcdoctor.facts.views import spread_pct
 
 POLICY = {"no_gc": "no checkpointing", "gc": "layer checkpointing"}
@@ -42,13 +42,12 @@ class Policy:
                 and batch <= self.expandable)
 
 
-def _policy(facts: Facts, variant: str, conclusive: bool = True) -> Policy | None:
+def _policy(facts: Facts, s: SweepFacts, variant: str, conclusive: bool = True) -> Policy | None:
     """The policy as measured: the sweep's points and boundary, the allocator probe's fresh
     processes where it ran (their boundary replaces the sweep's in-process one, and their points
     above the sweep's boundary are added). Not `conclusive` (memory was held beside the fresh
     processes): a default-allocator OOM there does not lower what a job can rely on below the
     sweep's boundary; their fits still count."""
-    s = facts.sweep
     points = {m.batch_size: m for m in s.measurements if m.variant == variant and m.fits and m.tokens_per_s}
     largest = s.max_batch.get(variant) if s.searched else max(points, default=None)
     if variant not in s.max_batch and not points:
@@ -77,6 +76,59 @@ def _policy(facts: Facts, variant: str, conclusive: bool = True) -> Policy | Non
 
 def _spread_pct(m: Measurement) -> float:
     return spread_pct(m.step_ms)
+
+
+def _tps(m: Measurement) -> float:
+    """Tokens/s of one of a policy's points, all of which were timed."""
+    assert m.tokens_per_s is not None
+    return m.tokens_per_s
+
+
+def _step_ms(m: Measurement) -> float:
+    """Median step of one of a policy's points, all of which were timed."""
+    assert m.step_ms_median is not None
+    return m.step_ms_median
+
+
+def _target(s: SweepFacts, policies: list[Policy]) -> tuple[int, str] | None:
+    """The batch to prescribe for and where it came from; None where no policy fits batch 1."""
+    if s.target_batch is not None:
+        return s.target_batch, "--target-batch"
+    largest = [p.largest for p in policies if p.largest is not None]
+    if largest:
+        return max(largest), "the largest batch any measured policy fits (no --target-batch)"
+    return None
+
+
+def _policy_evidence(policies: list[Policy]) -> list[Evidence]:
+    ev = []
+    for p in policies:
+        best = p.best()
+        ev.append(Evidence(f"largest batch, {p.name}", p.largest))
+        if p.fresh_default is not None:
+            ev.append(Evidence(f"largest batch in a fresh process, default allocator, {p.name}",
+                               p.fresh_default or "none measured fits"))
+        if p.reliable is not None and p.reliable != p.fresh_default:
+            ev.append(Evidence(f"relied on, default allocator, {p.name}",
+                               f"{p.reliable} (the sweep's: memory held beside the fresh processes makes their "
+                               "OOMs inconclusive)"))
+        if p.expandable is not None:
+            ev.append(Evidence(f"largest batch in a fresh process, expandable segments, {p.name}", p.expandable))
+        if best is not None:
+            ev.append(Evidence(f"fastest batch, {p.name}", f"{best.batch_size}: {best.tokens_per_s:,.0f} tok/s"))
+    return ev
+
+
+def _compared(timed: list[Policy], target: int) -> list[Measurement]:
+    """The points the ranking compares: each timed policy's point at the target and its fastest."""
+    out = []
+    for p in timed:
+        if target in p.points:
+            out.append(p.points[target])
+        best = p.best()
+        if best is not None:
+            out.append(best)
+    return out
 
 
 class PrescriptionRule(Rule):
@@ -145,43 +197,25 @@ class PrescriptionRule(Rule):
         if facts.policies is not None and facts.policies.candidates:
             from gcdoctor.rules._recipe import judge_recipe
             return judge_recipe(self, facts)
-        if facts.get("sweep.measurements") is None:
-            return self.inconclusive(facts.missing_reason("sweep.measurements"))
         s = facts.sweep
+        if s is None or facts.get("sweep.measurements") is None:
+            return self.inconclusive(facts.missing_reason("sweep.measurements"))
         from gcdoctor.rules.allocator_boundary import fresh_ooms_conclusive
         conclusive = fresh_ooms_conclusive(facts, t["max_held_gib"])
-        policies = [p for p in (_policy(facts, v, conclusive) for v in ("no_gc", "gc")) if p is not None]
+        policies = [p for p in (_policy(facts, s, v, conclusive) for v in ("no_gc", "gc")) if p is not None]
         timed = [p for p in policies if p.points]
         if len(timed) < 2:
             if not timed:
                 return self._cannot("no policy completed a timed step: nothing to choose between", [])
             return self._cannot(f"only {timed[0].name} was measured: nothing to choose between", [])
-        largest = [p.largest for p in policies if p.largest is not None]
-        if s.target_batch is not None:
-            target, why = s.target_batch, "--target-batch"
-        elif largest:
-            target, why = max(largest), "the largest batch any measured policy fits (no --target-batch)"
-        else:
+        target_why = _target(s, policies)
+        if target_why is None:
             return self.fired("warning", "No measured policy fits batch 1", [],
                               "Neither policy completed a training step of one sequence.",
                               "See the memory verdicts: the model states or the loss block exceed the device.",
                               line="no prescription: batch 1 fits with no measured policy")
-        ev = [Evidence("target batch", target), Evidence("target from", why)]
-        for p in policies:
-            best = p.best()
-            ev.append(Evidence(f"largest batch, {p.name}", p.largest))
-            if p.fresh_default is not None:
-                ev.append(Evidence(f"largest batch in a fresh process, default allocator, {p.name}",
-                                   p.fresh_default or "none measured fits"))
-            if p.reliable is not None and p.reliable != p.fresh_default:
-                ev.append(Evidence(f"relied on, default allocator, {p.name}",
-                                   f"{p.reliable} (the sweep's: memory held beside the fresh processes makes their "
-                                   "OOMs inconclusive)"))
-            if p.expandable is not None:
-                ev.append(Evidence(f"largest batch in a fresh process, expandable segments, {p.name}",
-                                   p.expandable))
-            if best is not None:
-                ev.append(Evidence(f"fastest batch, {p.name}", f"{best.batch_size}: {best.tokens_per_s:,.0f} tok/s"))
+        target, why = target_why
+        ev = [Evidence("target batch", target), Evidence("target from", why)] + _policy_evidence(policies)
         fitting = [p for p in policies if p.fits(target)]
         if not fitting:
             top = max(policies, key=lambda p: p.largest or 0)
@@ -191,44 +225,44 @@ class PrescriptionRule(Rule):
                 "Lower the per-device batch and use gradient accumulation, shard or offload the optimizer states "
                 "(see the memory verdicts), or shorten the sequence.",
                 line=f"no measured policy fits batch {target}: the largest is {top.largest} ({top.name})")
-        compared = [m for p in timed for m in ([p.points[target]] if target in p.points else [])
-                    + ([p.best()] if p.best() is not None else [])]
-        spread = max((_spread_pct(m) for m in compared), default=0.0)
+        spread = max((_spread_pct(m) for m in _compared(timed, target)), default=0.0)
         ev.append(Evidence("largest step-to-step spread of the compared points", spread, "%"))
         if spread > t["max_spread_pct"]:
             return self._cannot(f"step times vary by {spread:.0f}% from step to step (above "
                                 f"{t['max_spread_pct']:.0f}%): the timings cannot rank the policies", ev)
-        at_target = {p.variant: p.points.get(target) for p in fitting}
-        ranked = sorted((p for p in fitting if at_target[p.variant] is not None),
-                        key=lambda p: -at_target[p.variant].tokens_per_s)
+        return self._choose(facts, s, policies, fitting, target, ev, t)
+
+    def _choose(self, facts: Facts, s: SweepFacts, policies: list[Policy], fitting: list[Policy], target: int,
+                ev: list[Evidence], t: dict[str, float]) -> Verdict:
+        """The fitting policy with the most tokens/s at the target; within the timings' resolution of
+        the runner-up, the one that leaves memory free (layer checkpointing)."""
+        at_target = {p.variant: p.points[target] for p in fitting if target in p.points}
+        ranked = sorted((p for p in fitting if p.variant in at_target), key=lambda p: -_tps(at_target[p.variant]))
         if not ranked:
             p = fitting[0]
             return self._cannot(f"{p.name} fits batch {target} but was not timed there (fixed --batch-sizes?): "
                                 f"re-run with --batch-sizes {target}", ev)
         choice = ranked[0]
-        m = at_target[choice.variant]
         if len(ranked) > 1:
-            runner = at_target[ranked[1].variant]
-            diff = 100.0 * (m.tokens_per_s / runner.tokens_per_s - 1.0)
+            diff = 100.0 * (_tps(at_target[choice.variant]) / _tps(at_target[ranked[1].variant]) - 1.0)
             if diff < t["min_difference_pct"]:
                 # within the resolution of the timings: prefer the one that leaves memory free
                 choice = next((p for p in ranked if p.variant == "gc"), choice)
-                m = at_target[choice.variant]
         others = [p for p in policies if p is not choice and p.best() is not None]
-        return self._prescribe(facts, choice, m, target, others, ev)
+        return self._prescribe(facts, s, choice, at_target[choice.variant], target, others, ev)
 
-    def _prescribe(self, facts: Facts, choice: Policy, m: Measurement, target: int, others: list[Policy],
-                   ev: list[Evidence]) -> Verdict:
-        s = facts.sweep
+    def _prescribe(self, facts: Facts, s: SweepFacts, choice: Policy, m: Measurement, target: int,
+                   others: list[Policy], ev: list[Evidence]) -> Verdict:
         line = f"{choice.name} at batch {target}: {m.tokens_per_s:,.0f} tok/s"
         why = [f"{choice.name.capitalize()} fits batch {target} and runs it at {m.tokens_per_s:,.0f} tokens/s "
                f"({m.step_ms_median:,.0f} ms per step)."]
         for o in others:
             best = o.best()
-            rel = 100.0 * (best.tokens_per_s / m.tokens_per_s - 1.0)
+            assert best is not None  # others have a fastest batch
+            rel = 100.0 * (_tps(best) / _tps(m) - 1.0)
             if o.fits(target) and target in o.points:
                 other = o.points[target]
-                line += f"; {o.name} {other.tokens_per_s:,.0f} ({100 * (other.tokens_per_s / m.tokens_per_s - 1):+.0f} %)"
+                line += f"; {o.name} {other.tokens_per_s:,.0f} ({100 * (_tps(other) / _tps(m) - 1):+.0f} %)"
                 why.append(f"{o.name.capitalize()} runs the same batch at {other.tokens_per_s:,.0f} tokens/s.")
             else:
                 upto = "" if best.batch_size == o.largest else f" (fits up to {o.largest})"
@@ -246,7 +280,7 @@ class PrescriptionRule(Rule):
         d = facts.distributed
         if d is not None:  # a sharded run: the batch and tokens/s are per rank
             from gcdoctor.rules._dist import setup
-            settings += (f", sharded with {setup(d)}: {m.tokens_per_s * d.world_size:,.0f} tokens/s over the "
+            settings += (f", sharded with {setup(d)}: {_tps(m) * d.world_size:,.0f} tokens/s over the "
                          f"{d.world_size} ranks")
             line = line.replace(f"at batch {target}:", f"at batch {target}/rank:", 1)
         if choice.needs_expandable(target):
@@ -260,7 +294,7 @@ class PrescriptionRule(Rule):
         cost = ""
         off = next((o for o in others if o.variant == "no_gc"), None)
         if choice.variant == "gc" and off is not None and target in off.points:
-            cost = (f" It {cost_words(100 * (m.step_ms_median / off.points[target].step_ms_median - 1), '')} "
+            cost = (f" It {cost_words(100 * (_step_ms(m) / _step_ms(off.points[target]) - 1), '')} "
                     "step time against no checkpointing at the same batch.")
         return self.fired(
             "info", f"Use {choice.name} at batch {target}: {m.tokens_per_s:,.0f} tokens/s", ev,

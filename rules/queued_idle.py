@@ -4,7 +4,7 @@ from __future__ import annotations
 from gcdoctor.types import Evidence, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.trace import JudgedWindow
-from gcdoctor.rules._host import HostCauseRule, per_step, sampled, top
+from gcdoctor.rules._host import HostCauseRule, idle_of, per_step, sampled, top
 from gcdoctor.trace.comm import is_comm_kernel
 
 
@@ -46,7 +46,7 @@ class DeviceQueuedIdleRule(HostCauseRule):
         return None
 
     def judge(self, facts: Facts, jw: JudgedWindow, t: dict[str, float]) -> Verdict:
-        h = jw.idle
+        h = idle_of(jw)
         us, share, subject, ev = self.start(facts, jw)
         ev.append(Evidence("streams with device work", h.queued_streams))
         for name, v in top(h.queued_ops):

@@ -46,6 +46,8 @@ class RankStragglerRule(Rule):
     }
 
     def check(self, facts: Facts, t: dict[str, float]):
+        if facts.watch is None:
+            return self.inconclusive(facts.missing_reason("watch.ranks"))
         ranks = facts.watch.ranks
         if len(ranks) < 2:
             return self.inconclusive(f"{len(ranks)} rank directory: nothing to compare", subject="watch")

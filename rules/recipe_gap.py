@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 from gcdoctor.types import CONFIGURATION, Evidence, Rule, Verdict
-from gcdoctor.facts import Facts
+from gcdoctor.facts import AgainstFacts, Facts, WatchFacts
+from gcdoctor.facts.policies import RecipeChoice
 from gcdoctor.recipe import describe, policy_words
 
 
 def job_policy(facts: Facts) -> str | None:
     """The watched job's checkpointing as a policy key where it maps to one (None: not reported)."""
+    if facts.watch is None:
+        return None
     cs = facts.watch.checkpointing
     if cs.enabled is None:
         return None
@@ -31,10 +34,28 @@ def job_allocator(alloc_conf: str | None) -> str:
 
 def job_optimizer(facts: Facts) -> str | None:
     w = facts.watch
+    if w is None:
+        return None
     name = w.optimizer.lower()
     if name not in ("adamw", "adam"):
         return name or None
     return {"fused": "adamw-fused", "forloop": "adamw-forloop"}.get(w.optimizer_impl, "adamw")
+
+
+def _words(label: str, value: str | int) -> str:
+    """A setting as the verdict shows it: a checkpointing policy in words, anything else as is."""
+    return policy_words(str(value)) if label == "checkpointing" else str(value)
+
+
+def _notes(facts: Facts, w: WatchFacts, ag: AgainstFacts) -> list[str]:
+    """Where the job and the diagnosed run differ in what the recipe was measured on."""
+    notes = []
+    if w.seq_len and ag.seq_len and w.seq_len != ag.seq_len:
+        notes.append(f"the job runs sequences of {w.seq_len}, the recipe {ag.seq_len}")
+    dev = facts.environment.device_name
+    if dev and ag.device_name and dev != ag.device_name:
+        notes.append(f"the job ran on {dev}, the recipe was measured on {ag.device_name}")
+    return notes
 
 
 class RecipeGapRule(Rule):
@@ -77,6 +98,8 @@ class RecipeGapRule(Rule):
 
     def check(self, facts: Facts, t: dict[str, float]) -> Verdict:
         ag, w = facts.against, facts.watch
+        if ag is None:
+            return self.inconclusive(facts.missing_reason("against"))
         if w is None:
             return self.inconclusive("no watched job in this run (--against compares a watched run)")
         if ag.recipe is None:
@@ -89,23 +112,8 @@ class RecipeGapRule(Rule):
             if diff > t["max_param_diff_pct"]:
                 return self._cannot(f"the job's model has {w.n_params:,} parameters, the diagnosed one "
                                     f"{ag.n_params:,}: a different model, the recipe does not apply", ev)
-        notes = []
-        if w.seq_len and ag.seq_len and w.seq_len != ag.seq_len:
-            notes.append(f"the job runs sequences of {w.seq_len}, the recipe {ag.seq_len}")
-        dev = facts.environment.device_name
-        if dev and ag.device_name and dev != ag.device_name:
-            notes.append(f"the job ran on {dev}, the recipe was measured on {ag.device_name}")
-        rows = [("checkpointing", job_policy(facts), r.setting.policy, policy_words),
-                ("micro-batch", w.batch_size, r.micro_batch, str),
-                ("accumulation", w.micro_batches, r.accumulation, str),
-                ("optimizer", job_optimizer(facts), r.setting.optimizer, str),
-                ("allocator", job_allocator(w.alloc_conf), r.setting.allocator, str)]
-        changes = []
-        for label, job, want, words in rows:
-            shown = "not reported" if job is None else (policy_words(job) if label == "checkpointing" else str(job))
-            ev.append(Evidence(f"{label}, job / recipe", f"{shown} / {words(want)}"))
-            if job is not None and job != want:
-                changes.append(self._change(label, job, want))
+        notes = _notes(facts, w, ag)
+        changes = self._settings(facts, w, r, ev)
         if r.setting.chunked_loss:
             ev.append(Evidence("chunked loss", "in the recipe; a watched job's loss is not observed"))
         job_tok = (1000.0 * w.tokens_per_step / w.step_ms_median
@@ -116,7 +124,6 @@ class RecipeGapRule(Rule):
         gap = 100.0 * (rec_tok / job_tok - 1.0) if job_tok and rec_tok else None
         for n in notes:
             ev.append(Evidence("note", n))
-        what = "; ".join(changes)
         if gap is None:
             speed = "tokens/s not measured"
         else:
@@ -124,6 +131,26 @@ class RecipeGapRule(Rule):
             speed = f"{job_tok:,.0f} tok/s, recipe {rec_tok:,.0f} {state}{at} ({gap:+.0f} %)"
         why = " ".join([f"The recipe ({describe(r)}) runs {rec_tok or 0:,.0f} tokens/s ({state})."]
                        + ([f"The job ran {job_tok:,.0f}."] if job_tok else []) + [n.capitalize() + "." for n in notes])
+        return self._verdict(ag, changes, gap, speed, why, ev, t)
+
+    def _settings(self, facts: Facts, w: WatchFacts, r: RecipeChoice, ev: list[Evidence]) -> list[str]:
+        """Each setting of the recipe against the job's, as evidence; the changes the job needs."""
+        rows: list[tuple[str, str | int | None, str | int]] = [
+            ("checkpointing", job_policy(facts), r.setting.policy),
+            ("micro-batch", w.batch_size, r.micro_batch),
+            ("accumulation", w.micro_batches, r.accumulation),
+            ("optimizer", job_optimizer(facts), r.setting.optimizer),
+            ("allocator", job_allocator(w.alloc_conf), r.setting.allocator)]
+        changes = []
+        for label, job, want in rows:
+            shown = "not reported" if job is None else _words(label, job)
+            ev.append(Evidence(f"{label}, job / recipe", f"{shown} / {_words(label, want)}"))
+            if job is not None and job != want:
+                changes.append(self._change(label, job, want))
+        return changes
+
+    def _verdict(self, ag: AgainstFacts, changes: list[str], gap: float | None, speed: str, why: str,
+                 ev: list[Evidence], t: dict[str, float]) -> Verdict:
         if not changes:
             if gap is not None and gap > t["max_gap_pct"]:
                 return self.fired("warning", f"Your job runs the recipe's settings {gap:.0f}% below its tokens/s",
@@ -133,6 +160,7 @@ class RecipeGapRule(Rule):
                                                         "goes elsewhere")
             return self.passed(f"Your job runs the recipe ({speed})", ev, subject="watch",
                                line=f"your job runs the recipe: {speed}")
+        what = "; ".join(changes)
         sev = "warning" if gap is not None and gap > t["max_gap_pct"] else "info"
         head = (f"Your job is {gap:.0f}% below the recipe's tokens/s" if gap is not None and gap > 0
                 else "Your job differs from the recipe")

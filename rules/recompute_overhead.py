@@ -73,6 +73,7 @@ class RecomputeOverheadRule(Rule):
             return self.inconclusive(f"step times at batch {b} vary by {spread:.0f}% from step to step (above "
                                      f"{t['max_spread_pct']:.0f}%): the device or host was busy with something else")
         pct = eq.overhead_pct
+        assert pct is not None  # a common batch has both step times
         ev = [Evidence("batch size (both variants)", b), Evidence("step without GC", off.step_ms_median, "ms"),
               Evidence("step with GC", on.step_ms_median, "ms"), Evidence("overhead", pct, "%")]
         share = getattr(facts.trace.get("sweep/gc"), "recompute_share", None)

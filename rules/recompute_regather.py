@@ -58,6 +58,8 @@ class RecomputeRegatherRule(Rule):
 
     def check(self, facts: Facts, t: dict[str, float]):
         d = facts.distributed
+        if d is None:
+            return self.inconclusive(facts.missing_reason("distributed.comm"))
         pairs = [("sweep/gc", "sweep/no_gc", CONFIGURATION)] + [(a, b, EXPERIMENT) for a, b in PROBE_PAIRS]
         # the granularity probe on a sharded model: each checkpointing granularity against none
         pairs += [(k, "granularity/model/none", EXPERIMENT) for k in sorted({c.key for c in d.comm})

@@ -54,9 +54,11 @@ class RecomputeShareRule(Rule):
                                      "forward ops replayed inside the backward)")
         out = []
         for key, tm in sorted(windows.items()):
-            share = 100.0 * tm.recompute_share
+            rs, busy = tm.recompute_share, tm.recompute_busy_us
+            assert rs is not None and busy is not None  # windows hold only those with both
+            share = 100.0 * rs
             where = dict(subject=key, scope=scope_of(key), topic=probe_of(key))
-            ev = [Evidence("busy time in recompute ranges", tm.recompute_busy_us / 1e3, "ms"),
+            ev = [Evidence("busy time in recompute ranges", busy / 1e3, "ms"),
                   Evidence("device busy time", (tm.busy_us or 0) / 1e3, "ms"), Evidence("recompute share", share, "%")]
             if share > t["max_recompute_share_pct"]:
                 out.append(self.fired(

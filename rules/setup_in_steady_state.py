@@ -6,7 +6,7 @@ import re
 from gcdoctor.types import Evidence, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.trace import JudgedWindow
-from gcdoctor.rules._host import HostCauseRule, per_step, top
+from gcdoctor.rules._host import HostCauseRule, idle_of, per_step, top
 
 _ALLOC = re.compile(r"malloc|free|alloc|memcreate|memmap|memunmap|memrelease|memaddress|memsetaccess|register", re.I)
 _MODULE = re.compile(r"module|library|getfunction|getkernel|fatbinary", re.I)
@@ -48,7 +48,7 @@ class SetupInSteadyStateRule(HostCauseRule):
     }
 
     def judge(self, facts: Facts, jw: JudgedWindow, t: dict[str, float]) -> Verdict:
-        h = jw.idle
+        h = idle_of(jw)
         _, share, subject, ev = self.start(facts, jw)
         for name, v in top(h.setup_calls, 4):
             ev.append(Evidence(f"setup idle in {name}", *per_step(v, jw)))

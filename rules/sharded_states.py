@@ -44,7 +44,9 @@ class ShardedStatesRule(Rule):
     }
 
     def check(self, facts: Facts, t: dict[str, float]):
-        d = facts.distributed
+        d, model = facts.distributed, facts.model
+        if d is None or model is None:
+            return self.inconclusive(facts.missing_reason("distributed" if d is None else "model"))
         found = sweep_rows(facts)
         if found is None:
             return self.inconclusive("no sweep measurement fit on every rank")
@@ -52,11 +54,11 @@ class ShardedStatesRule(Rule):
         rows = [r for r in rows if r.param_bytes is not None and r.model_state_bytes is not None]
         if not rows:
             return self.inconclusive("the ranks' model states were not measured")
-        e = DTYPE_BYTES.get(facts.model.dtype)
-        if not e or not facts.model.n_params:
-            return self.inconclusive(f"the model's dtype {facts.model.dtype!r} or parameter count is unknown")
+        e = DTYPE_BYTES.get(model.dtype)
+        if not e or not model.n_params:
+            return self.inconclusive(f"the model's dtype {model.dtype!r} or parameter count is unknown")
         n = d.world_size
-        full = facts.model.n_params * e
+        full = model.n_params * e
         fair = full / n
         top = max(rows, key=lambda r: r.param_bytes)
         states = [r.model_state_bytes for r in rows]

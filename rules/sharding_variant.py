@@ -2,15 +2,28 @@
 from __future__ import annotations
 
 from gcdoctor.types import EXPERIMENT, Evidence, Rule, Verdict
-from gcdoctor.facts import Facts
+from gcdoctor.facts import Facts, Measurement
 from gcdoctor.facts.distributed import DistributedFacts, ShardVariant
 from gcdoctor.rules._dist import per_step, size
 
 REFERENCE = {True: "fsdp2/gc", False: "fsdp2/no_gc"}  # each variant against the default with the same checkpointing
 
 
+def _measured(v: ShardVariant) -> Measurement:
+    """The measurement of a variant that ran (ShardVariant.ran: one that fits, with a median step)."""
+    assert v.measurement is not None
+    return v.measurement
+
+
+def _step_ms(v: ShardVariant) -> float:
+    """The median step of a variant that ran."""
+    ms = _measured(v).step_ms_median
+    assert ms is not None
+    return ms
+
+
 def _spread_pct(v: ShardVariant) -> float:
-    times = v.measurement.step_ms
+    times = _measured(v).step_ms
     if len(times) < 2:
         return 0.0
     mid = sorted(times)[len(times) // 2]
@@ -19,9 +32,10 @@ def _spread_pct(v: ShardVariant) -> float:
 
 def _peak(d: DistributedFacts, v: ShardVariant) -> int | None:
     """The largest rank's peak: the rank that meets the memory wall first."""
-    peaks = [r.peak_allocated_bytes for r in d.rows("sharding", v.name, v.measurement.batch_size)
+    m = _measured(v)
+    peaks = [r.peak_allocated_bytes for r in d.rows("sharding", v.name, m.batch_size)
              if r.peak_allocated_bytes is not None]
-    return max(peaks) if peaks else v.measurement.peak_allocated_bytes
+    return max(peaks) if peaks else m.peak_allocated_bytes
 
 
 def _comm(d: DistributedFacts, v: ShardVariant, attr: str) -> float | None:
@@ -77,6 +91,8 @@ class ShardingVariantRule(Rule):
 
     def check(self, facts: Facts, t: dict[str, float]):
         d = facts.distributed
+        if d is None:
+            return self.inconclusive(facts.missing_reason("distributed.variants"))
         out = []
         for v in d.variants:
             ref = d.variant(REFERENCE[v.gc])
@@ -93,12 +109,12 @@ class ShardingVariantRule(Rule):
         return out
 
     def _compare(self, d: DistributedFacts, v: ShardVariant, ref: ShardVariant, t: dict[str, float]) -> Verdict:
-        mv, mr = v.measurement, ref.measurement
-        dt = 100.0 * (mv.step_ms_median / mr.step_ms_median - 1.0)
+        sv, sr = _step_ms(v), _step_ms(ref)
+        dt = 100.0 * (sv / sr - 1.0)
         pv, pr = _peak(d, v), _peak(d, ref)
         gv, gr = _gathers(d, v), _gathers(d, ref)
         ev = [Evidence("variant", v.description), Evidence("reference", f"{ref.name}: {ref.description}"),
-              Evidence("step", mv.step_ms_median, "ms"), Evidence("reference step", mr.step_ms_median, "ms"),
+              Evidence("step", sv, "ms"), Evidence("reference step", sr, "ms"),
               Evidence("step time vs reference", dt, "%"),
               Evidence("largest rank's peak", None if pv is None else pv / 2**30, "GiB"),
               Evidence("reference's largest rank's peak", None if pr is None else pr / 2**30, "GiB"),

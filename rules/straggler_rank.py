@@ -41,6 +41,8 @@ class StragglerRankRule(Rule):
 
     def check(self, facts: Facts, t: dict[str, float]) -> list[Verdict]:
         s = facts.ranks
+        if s is None:
+            return [self.inconclusive(facts.missing_reason("ranks"))]
         if s.straggler_rank is None or not s.own_ms_median:
             return [self.inconclusive(s.note or "no rank has steady-state device metrics", scope=CONFIGURATION)]
         ev = [Evidence("ranks", len(s.ranks)), Evidence("median steady step", s.step_ms_median, "ms"),
@@ -51,6 +53,7 @@ class StragglerRankRule(Rule):
             ev.append(Evidence(f"rank {r.rank}: own work / collectives / idle",
                                "n/a" if r.own_ms is None else
                                f"{r.own_ms:.2f} ms / {r.comm_ms:.2f} ms / {100 * (r.idle_share or 0):.0f}%"))
+        assert s.straggler_own_ms is not None  # recorded with straggler_rank
         excess = s.straggler_own_ms / s.own_ms_median - 1
         if excess < t["min_own_excess"]:
             return [self.passed(f"No straggler rank: the ranks' own work per step is within {100 * excess:.0f}% of "

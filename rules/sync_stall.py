@@ -4,7 +4,7 @@ from __future__ import annotations
 from gcdoctor.types import Evidence, Verdict
 from gcdoctor.facts import Facts
 from gcdoctor.facts.trace import JudgedWindow
-from gcdoctor.rules._host import HostCauseRule, per_step, top
+from gcdoctor.rules._host import HostCauseRule, idle_of, per_step, top
 from gcdoctor.trace.hostidle import NO_OP, RT_SYNC, runtime_base, runtime_class
 
 # what the user wrote, from the outermost op around the synchronising call
@@ -87,11 +87,11 @@ class SyncStallRule(HostCauseRule):
     judged_label = "device idle the synchronisations cost"
 
     def judged_us(self, facts: Facts, jw: JudgedWindow) -> float:
-        h = jw.idle
+        h = idle_of(jw)
         return max(h.sync_exposed_us, h.sync_us)  # (facts from before sync_exposed_us: sync_us)
 
     def judge(self, facts: Facts, jw: JudgedWindow, t: dict[str, float]) -> Verdict:
-        h = jw.idle
+        h = idle_of(jw)
         us, share, subject, ev = self.start(facts, jw)
         n_val, n_unit = (h.sync_count / jw.steps, "per step") if jw.steps else (h.sync_count, "in the trace")
         ev.append(Evidence("device idle while the host sat in a synchronising call", *per_step(h.sync_us, jw)))
