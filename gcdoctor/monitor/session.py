@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, TextIO
+from typing import TYPE_CHECKING, Any, Callable, TextIO
 
 from gcdoctor.engine import evaluate
 from gcdoctor.types import SEVERITY, Verdict
@@ -27,6 +27,9 @@ from gcdoctor.facts import Environment, Facts, RunSettings
 from gcdoctor.facts.monitor import MonitoredProcess, MonitorFacts
 from gcdoctor.run.rundir import RunDirectory, default_run_dir
 from gcdoctor.tui.alerts import LiveAlerts, live_rules
+
+if TYPE_CHECKING:
+    from gcdoctor.telemetry import TelemetrySampler
 
 PROCESS_POLL_S = 2.0  # process lists change rarely; NVML's per-process query is not free
 
@@ -83,7 +86,7 @@ class MonitorSession:
         self._current: set[tuple[str, int]] = set()  # (device, pid) at the last poll
         self.verdicts: list[Verdict] = []
         self.facts: Facts | None = None
-        self.sampler = None
+        self.sampler: TelemetrySampler | None = None
         self.alerts: LiveAlerts | None = None
         self._t0: float | None = None
 

@@ -63,9 +63,10 @@ class HostSource(Source):
         self._held: Values = {}
         if psutil_module is None:
             try:
-                import psutil as psutil_module  # noqa: PLC0415 - optional at import time
+                import psutil  # noqa: PLC0415 - optional at import time
             except ImportError as exc:
                 raise SourceUnavailable("psutil not installed") from exc
+            psutil_module = psutil
         self._ps = psutil_module
         self._clock = clock
         self._self = pid is None or pid == os.getpid()

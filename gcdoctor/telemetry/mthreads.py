@@ -287,9 +287,10 @@ class PymtmlSource(Source):
         super().__init__()
         if mtml is None:
             try:
-                import pymtml as mtml  # noqa: PLC0415 - optional dependency (mthreads-ml-py)
+                import pymtml  # noqa: PLC0415 - optional dependency (mthreads-ml-py)
             except ImportError as exc:
                 raise SourceUnavailable("mthreads-ml-py not installed (import pymtml failed)") from exc
+            mtml = pymtml
         self._m = mtml
         try:
             mtml.nvmlInit()  # the shim's init is mtmlLibraryInit with pymtml's library handle
@@ -341,6 +342,7 @@ class PymtmlSource(Source):
         candidates = {"util_pct": util, "mem_util_pct": mem_util, "mem_used_bytes": mem_used,
                       "mem_total_bytes": mem_total, "power_w": power, "sm_clock_mhz": clock}
         readers: dict[str, Callable[[Any], float | None]] = {}
+        probed: dict[str, float] = {}
         for series, fn in candidates.items():
             try:
                 value = fn(h)
@@ -352,19 +354,20 @@ class PymtmlSource(Source):
                                                        "unsupported calls: not a measurement")
                 continue
             readers[series] = fn
+            probed[series] = value
         for series, why in _PYMTML_MISSING.items():
             self.unavailable[f"{key}.{series}"] = why
         self._readers[key] = readers
         self.series += [f"{key}.{s}" for s in readers]
         static: dict[str, Any] = {"source": "pymtml", "index": index, "uuid": None,
                                   "sm_clock_note": "sm_clock_mhz is the MTML GPU clock"}
-        for name, fn in (("name", m.nvmlDeviceGetName), ("uuid", getattr(m, "nvmlDeviceGetUUID", None))):
+        for name, getter in (("name", m.nvmlDeviceGetName), ("uuid", getattr(m, "nvmlDeviceGetUUID", None))):
             try:
-                static[name] = None if fn is None else _decode(fn(h))
+                static[name] = None if getter is None else _decode(getter(h))
             except Exception:  # noqa: BLE001
                 static[name] = None
         if "mem_total_bytes" in readers:
-            static["total_memory_bytes"] = int(mem_total(h))
+            static["total_memory_bytes"] = int(probed["mem_total_bytes"])
         try:
             pci = m.mtmlDeviceGetPciInfo(h)
             static["pcie_link_gen_current"] = _nonzero_int(getattr(pci, "pciCurGen", 0))

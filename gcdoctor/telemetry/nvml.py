@@ -40,6 +40,7 @@ call per device per tick, and a field-value array built once (`FieldReader`).
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 import time
 from dataclasses import dataclass
@@ -217,7 +218,7 @@ class PcieCounterPoller:
 
     @staticmethod
     def _advance(c: _Counter, raw: int, t: float, peak_bytes_per_s: float) -> None:
-        if c.raw is None:
+        if c.raw is None or c.t is None:  # set together: the first poll, or after a rebase
             c.raw, c.t = raw, t
             return
         if t <= c.t:  # the driver has not refreshed the counter since the last poll
@@ -383,9 +384,10 @@ class NvmlSource(Source):
         self._start_pollers = start_pollers
         if nvml is None:
             try:
-                import pynvml as nvml  # noqa: PLC0415 - optional dependency (nvidia-ml-py)
+                import pynvml  # noqa: PLC0415 - optional dependency (nvidia-ml-py)
             except ImportError as exc:
                 raise SourceUnavailable("nvidia-ml-py not installed (pip install nvidia-ml-py)") from exc
+            nvml = pynvml
         self._nvml = nvml
         self._clock = clock
         try:
@@ -406,6 +408,7 @@ class NvmlSource(Source):
         pairs = visible_device_map(visible_env, device_index, count)
         if not pairs:
             raise SourceUnavailable(f"NVML: no device {device_index} among the {count} visible")
+        self._driver: str | None
         try:
             self._driver = _text(nvml.nvmlSystemGetDriverVersion())
         except Exception:  # noqa: BLE001
@@ -470,17 +473,11 @@ class NvmlSource(Source):
         def sm_clock(h: Any) -> tuple:
             return (float(nvml.nvmlDeviceGetClockInfo(h, CLOCK_SM)),)
 
-        reasons_fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-            nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
-
-        def throttle(h: Any) -> tuple:
-            return (float(reasons_fn(h)),)
-
         for fn, series, label in (
                 (utilization, ["util_pct", "mem_util_pct"], "nvmlDeviceGetUtilizationRates"),
                 (memory, ["mem_used_bytes", "mem_total_bytes"], "nvmlDeviceGetMemoryInfo"),
                 (sm_clock, ["sm_clock_mhz"], "nvmlDeviceGetClockInfo(SM)")):
-            first = self._probe(key, series, label, lambda fn=fn: fn(handle))
+            first = self._probe(key, series, label, functools.partial(fn, handle))
             if first is not None:
                 readers.append((fn, tuple(f"{key}.{s}" for s in series), fn is memory))
                 if fn is memory:
@@ -497,10 +494,16 @@ class NvmlSource(Source):
             static["power_counter"] = "nvmlDeviceGetPowerUsage (a 1 s average on Ampere and newer)"
             self.notes.append(f"{key}.power_w is nvmlDeviceGetPowerUsage, a 1 s average on recent GPUs "
                               "(the instant power field is not available)")
+        reasons_fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
         if reasons_fn is None:
             self.unavailable[f"{key}.throttle_reasons"] = "this nvidia-ml-py has no clock event reasons call"
-        elif self._probe(key, ["throttle_reasons"], reasons_fn.__name__, lambda: throttle(handle)) is not None:
-            readers.append((throttle, (f"{key}.throttle_reasons",), False))
+        else:
+            def throttle(h: Any) -> tuple:
+                return (float(reasons_fn(h)),)
+
+            if self._probe(key, ["throttle_reasons"], reasons_fn.__name__, lambda: throttle(handle)) is not None:
+                readers.append((throttle, (f"{key}.throttle_reasons",), False))
         return _Device(key, handle, index, static, readers, power_field=power_field)
 
     def _link_state(self, handle: Any) -> dict[str, int | None]:
@@ -609,7 +612,7 @@ class NvmlSource(Source):
         sched = self._schedule
         sched.set_rate_hz(rate_hz)
         self.notes = [n for n in self.notes if not n.startswith(SLOW_NOTE_PREFIX)]
-        keys = {False: [], True: []}  # series of the slow readers, by "is a memory reader"
+        keys: dict[bool, list[str]] = {False: [], True: []}  # series of the slow readers, by "is a memory reader"
         for d in self.devices:
             for _, ks, memory in d.readers:
                 keys[memory] += ks
@@ -630,16 +633,18 @@ class NvmlSource(Source):
         slow series."""
         self._schedule.reset()
         self._held = {}
+        counters = self._counters
         for d in self.devices:
-            if d.tick_pcie and d.tick is not None:  # counters read in the tick: take a fresh base
+            # counters read in the tick (tick_pcie comes with the counters): take a fresh base
+            if d.tick_pcie and d.tick is not None and counters is not None:
                 try:
                     fvs = d.tick.read()
                     i = 1 if d.power_field else 0
-                    self._counters.rebase(d.key, (fvs[i], fvs[i + 1]))
+                    counters.rebase(d.key, (fvs[i], fvs[i + 1]))
                 except Exception:  # noqa: BLE001 - the first interval will then read as missing
                     pass
-            if self._counters is not None:
-                self._prev_pcie[d.key] = self._counters.snapshot(d.key)
+            if counters is not None:
+                self._prev_pcie[d.key] = counters.snapshot(d.key)
             if self._throughput is not None and d.key in self._throughput._devices:
                 self._throughput.take(d.key)
 
@@ -722,7 +727,7 @@ class NvmlSource(Source):
                     held[k] = v
         out: Values = dict(held)
         for d, raw in zip(self.devices, raws):
-            if raw is not None and not isinstance(raw, Exception):
+            if d.tick is not None and raw is not None and not isinstance(raw, Exception):  # no tick: raw is None
                 self._read_tick(d, d.tick.decode(raw), out, t_tick)
             rates = polled[d.key] if polled is not None else self._pcie_rates(d.key)
             for s, v in rates.items():
@@ -738,7 +743,7 @@ class NvmlSource(Source):
             mw = field_value(fvs[0])
             out[f"{d.key}.power_w"] = None if mw is None else mw / 1000.0
             i = 1
-        if d.tick_pcie:
+        if d.tick_pcie and self._counters is not None:  # tick_pcie comes with the counters
             self._counters.ingest(d.key, (fvs[i], fvs[i + 1]), now=t_tick)
 
     def _refresh_link(self) -> None:

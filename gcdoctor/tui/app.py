@@ -7,6 +7,7 @@ docs/references.md section 7.
 """
 from __future__ import annotations
 
+import functools
 import time
 from collections import deque
 from typing import Any, Callable
@@ -19,7 +20,7 @@ from textual.message import Message
 from textual.widgets import Footer, OptionList, Static
 
 from gcdoctor.run.events import TelemetrySampled
-from gcdoctor.tui.gauges import device_rows, diagnose_rows, host_rows
+from gcdoctor.tui.gauges import GaugeRow, device_rows, diagnose_rows, host_rows
 from gcdoctor.tui.render import Field, fmt_bytes, fmt_seconds
 from gcdoctor.tui.screens import HelpScreen, VerdictScreen
 from gcdoctor.tui.sources import Source
@@ -111,7 +112,7 @@ class DashboardApp(App[None]):
                 w.border_title = title
         self._wide = self.wide
         self.set_interval(self.tick_s, self.flush)
-        self.source.start(self.sink, lambda: self.post_message(SourceDone()))
+        self.source.start(self.sink, self._source_finished)
 
     def on_resize(self) -> None:
         if self.wide != self._wide:  # rows depend on the width class: redraw them
@@ -119,6 +120,10 @@ class DashboardApp(App[None]):
             self._update({"telemetry", "header", "table"})
 
     # -- events in ---------------------------------------------------------------------------------
+    def _source_finished(self) -> None:
+        """Called by the source, from any thread, once it has no more events."""
+        self.post_message(SourceDone())
+
     def sink(self, event: Any) -> None:
         """Called by the source from any thread."""
         if isinstance(event, TelemetrySampled):
@@ -152,34 +157,34 @@ class DashboardApp(App[None]):
         if not changed:
             return
         if "header" in changed:
-            for w in self.query(HeaderBar):
-                w.refresh(layout=True)
+            for header in self.query(HeaderBar):
+                header.refresh(layout=True)
         if "telemetry" in changed:
             if self.mode == "monitor":
                 self._sync_device_panels()
-            for w in self.query(GaugePanel):
-                w.refresh(layout=True)
+            for gauges in self.query(GaugePanel):
+                gauges.refresh(layout=True)
         if "probe" in changed:
-            for w in self.query(ProbePanel):
-                w.refresh(layout=True)
+            for probe in self.query(ProbePanel):
+                probe.refresh(layout=True)
         if "table" in changed:
-            for w in self.query(MeasurementsTable):
-                w.sync()
+            for table in self.query(MeasurementsTable):
+                table.sync()
         if "finished" in changed and self.mode != "monitor":
             # the run is over: the bottom line takes the room of the live telemetry and the table
             self.screen.add_class("-finished")
-            for w in self.query("#verdicts"):
-                w.border_title = "bottom line and verdicts"
+            for box in self.query("#verdicts"):
+                box.border_title = "bottom line and verdicts"
         if "verdicts" in changed:
-            for w in self.query(VerdictList):
-                w.sync()
-                self._show_detail(w)
+            for verdicts in self.query(VerdictList):
+                verdicts.sync()
+                self._show_detail(verdicts)
         if "log" in changed:
-            for w in self.query(LogPane):
-                w.sync()
+            for pane in self.query(LogPane):
+                pane.sync()
         if "status" in changed:
-            for w in self.query(StatusBar):
-                w.refresh()
+            for status in self.query(StatusBar):
+                status.refresh()
 
     # -- monitor: one panel per GPU ----------------------------------------------------------------
     def _sync_device_panels(self) -> None:
@@ -200,13 +205,16 @@ class DashboardApp(App[None]):
                 continue
             for old in container.query("#no-devices"):
                 old.remove()
-            panel = GaugePanel(self.state, lambda key=key: device_rows(self.state, key, self.wide, with_power=True),
-                               extra=lambda width, key=key: self._process_lines(key, width),
+            panel = GaugePanel(self.state, functools.partial(self._device_rows, key),
+                               extra=functools.partial(self._process_lines, key),
                                id=f"dev-{key}", classes="box device")
             names = self.state.environment.get("device_names") or {}
             panel.border_title = f"{key} {names.get(key, '')}".strip()
             self._device_panels[key] = panel
             container.mount(panel)
+
+    def _device_rows(self, key: str) -> list[GaugeRow]:
+        return device_rows(self.state, key, self.wide, with_power=True)
 
     def _process_lines(self, key: str, width: int) -> list[Content]:
         procs = [p for p in (getattr(self.monitor, "processes_now", None) or []) if p.get("device") == key]

@@ -11,10 +11,11 @@ from textual.widget import Widget
 from textual.widgets import DataTable, OptionList, RichLog
 from textual.widgets.option_list import Option
 
+from gcdoctor.run.events import RunFinished
 from gcdoctor.types import SEVERITIES, Evidence
 from gcdoctor.tui.gauges import GaugeRow
 from gcdoctor.tui.render import Field, bar, fit_fields, fmt_cell, fmt_ms, fmt_seconds, sparkline, wrap_text
-from gcdoctor.tui.state import DashboardState, LogLine, VerdictEntry
+from gcdoctor.tui.state import DashboardState, LogLine, ProbeProgress, VerdictEntry
 
 SEVERITY_STYLE = {s.name: s.style for s in SEVERITIES}
 SEVERITY_ICON = {s.name: s.icon for s in SEVERITIES}
@@ -136,69 +137,104 @@ class ProbePanel(Widget):
         st = self.state
         p = st.probe
         if p is None:
-            if st.finished is not None:
-                fired = sum(1 for e in st.verdicts.values() if e.verdict.get("status") == "fired")
-                head = "stopped" if st.finished.interrupted else "finished"
-                text = wrap_text(f"{head}: {plural(len(st.rows), 'measurement')}, {plural(fired, 'finding')}", width)
-                lines = [Content.assemble((head, "bold"), text[0][len(head):])] + [Content(x) for x in text[1:]]
-                for f in st.probes_finished:
-                    mark, style = ("✔", "$text-success") if f.ok else ("✖", "$text-error")
-                    secs = f" in {fmt_seconds(f.seconds)}" if f.seconds is not None else ""
-                    text = wrap_text(f"{f.probe}{secs}{'' if f.ok else ': ' + str(f.error)}", width - 2)
-                    lines.append(Content.assemble((mark, style), " " + text[0]))
-                    lines += [Content("  " + x) for x in text[1:]]
-                where = st.finished.report_path or st.finished.run_dir
-                lines += [Content.styled(x, "dim") for x in wrap_text(f"report: {where}", width)]
-            elif st.run_dir is None:
-                lines = [Content.styled("waiting for the run to start…", "dim")]
-            else:
-                done = [f.probe for f in st.probes_finished]
-                between = "between probes" + (f" (done: {', '.join(done)})" if done else "…")
-                lines = [Content.styled(x, "dim") for x in wrap_text(between, width)]
-            return Content("\n").join(lines)
-        pos = st.probe_position()
-        title = p.name + (f"  probe {pos[0]}/{pos[1]}" if pos else "")
-        if len(title) > width:
-            title = p.name
-        desc = f"  {p.description}" if p.description and len(title) + 2 + len(p.description) <= width else ""
-        ranked: list[tuple[int, Content]] = [(0, Content.assemble((title, "bold"), (desc, "dim")))]  # (rank, line)
-        if p.description and not desc:  # under the title, wrapped, where the panel has the rows
-            ranked += [(4, Content.styled(x, "dim")) for x in wrap_text(p.description, width)]
-        batch: list[Field] = [(0, [f"batch {p.batch_size}" if p.batch_size else ""]), (2, [p.message, ""])]
-        what = fit_fields([(0, [p.variant]), *batch], width)
-        if len(what) > width:  # a long variant name: on its own line(s), the batch under it
-            what = "\n".join([*wrap_text(p.variant, width), fit_fields(batch, width)]).strip()
-        ranked += [(0, Content(x)) for x in (what or "preparing…").split("\n")]
-        n = len(p.point_steps_ms)
-        if n:
-            total = f"/{p.steps_per_point}" if p.steps_per_point else ""
-            step = [f"step {n}{total} ({p.phase})", f"step {n}{total}"] if p.phase else [f"step {n}{total}"]
-            ranked.append((2, Content(fit_fields([(0, step), (1, [f"{fmt_ms(p.step_ms())} per step", ""])], width))))
-        else:
-            ranked += [(2, Content.styled(x, "dim")) for x in wrap_text("building the model and the first step…", width)]
-        frac = p.plan_fraction()
-        scope = "of the plan" if frac is not None else "of this point"
-        frac = frac if frac is not None else p.point_fraction()
-        pct = f" {100 * frac:3.0f}% {scope}" if frac is not None else " searching"
-        if frac is not None and len(pct) + 4 > width:
-            pct = f" {100 * frac:3.0f}%"
-        bar_w = max(4, width - len(pct))
-        ranked.append((1, Content.assemble((bar(frac, bar_w), "$text-primary"), pct)))
-        eta_point, eta_plan = p.point_eta_s(), p.plan_eta_s()
-        if eta_plan is not None:
-            eta: list[Field] = [(0, [f"≈ {fmt_seconds(eta_plan)} left in this probe", f"≈ {fmt_seconds(eta_plan)} left"])]
-        elif eta_point is not None:
-            eta = [(0, [f"≈ {fmt_seconds(eta_point)} left in this point", f"≈ {fmt_seconds(eta_point)} left"]),
-                   (1, [f"{p.points_done} points done", ""])]
-        else:
-            eta = [(0, [f"{p.points_done} points done"])]
-        ranked.append((3, Content.styled(fit_fields(eta, width), "dim")))
+            return Content("\n").join(_idle_lines(st, width))
+        ranked = [*_title_lines(st, p, width), *_what_lines(p, width), *_step_lines(p, width),
+                  _progress_line(p, width), _eta_line(p, width)]
         # more lines than the panel has rows (a wrapped name or description): the least needed give way
         rows = self.content_size.height
         while rows and len(ranked) > rows and max(r for r, _ in ranked) > 0:
             top = max(r for r, _ in ranked)
             ranked = [x for x in ranked if x[0] != top]  # a wrapped text goes whole, never a part of it
         return Content("\n").join([c for _, c in ranked])
+
+
+Ranked = list[tuple[int, Content]]  # (rank, line): the lines of the highest rank give way first
+
+
+def _idle_lines(st: DashboardState, width: int) -> list[Content]:
+    """No probe running: the run's outcome once it has finished, else what it waits for."""
+    if st.finished is not None:
+        return _finished_lines(st, st.finished, width)
+    if st.run_dir is None:
+        return [Content.styled("waiting for the run to start…", "dim")]
+    done = [f.probe for f in st.probes_finished]
+    between = "between probes" + (f" (done: {', '.join(done)})" if done else "…")
+    return [Content.styled(x, "dim") for x in wrap_text(between, width)]
+
+
+def _finished_lines(st: DashboardState, finished: RunFinished, width: int) -> list[Content]:
+    """The finished run: measurements and findings, each probe's outcome, where the report is."""
+    fired = sum(1 for e in st.verdicts.values() if e.verdict.get("status") == "fired")
+    head = "stopped" if finished.interrupted else "finished"
+    text = wrap_text(f"{head}: {plural(len(st.rows), 'measurement')}, {plural(fired, 'finding')}", width)
+    lines = [Content.assemble((head, "bold"), text[0][len(head):])] + [Content(x) for x in text[1:]]
+    for f in st.probes_finished:
+        mark, style = ("✔", "$text-success") if f.ok else ("✖", "$text-error")
+        secs = f" in {fmt_seconds(f.seconds)}" if f.seconds is not None else ""
+        text = wrap_text(f"{f.probe}{secs}{'' if f.ok else ': ' + str(f.error)}", width - 2)
+        lines.append(Content.assemble((mark, style), " " + text[0]))
+        lines += [Content("  " + x) for x in text[1:]]
+    where = finished.report_path or finished.run_dir
+    lines += [Content.styled(x, "dim") for x in wrap_text(f"report: {where}", width)]
+    return lines
+
+
+def _title_lines(st: DashboardState, p: ProbeProgress, width: int) -> Ranked:
+    """The probe's name and position in the plan, its description beside it where it fits, else
+    wrapped under it."""
+    pos = st.probe_position()
+    title = p.name + (f"  probe {pos[0]}/{pos[1]}" if pos else "")
+    if len(title) > width:
+        title = p.name
+    desc = f"  {p.description}" if p.description and len(title) + 2 + len(p.description) <= width else ""
+    ranked: Ranked = [(0, Content.assemble((title, "bold"), (desc, "dim")))]
+    if p.description and not desc:  # under the title, wrapped, where the panel has the rows
+        ranked += [(4, Content.styled(x, "dim")) for x in wrap_text(p.description, width)]
+    return ranked
+
+
+def _what_lines(p: ProbeProgress, width: int) -> Ranked:
+    """The variant, the batch and the probe's message."""
+    batch: list[Field] = [(0, [f"batch {p.batch_size}" if p.batch_size else ""]), (2, [p.message, ""])]
+    what = fit_fields([(0, [p.variant]), *batch], width)
+    if len(what) > width:  # a long variant name: on its own line(s), the batch under it
+        what = "\n".join([*wrap_text(p.variant, width), fit_fields(batch, width)]).strip()
+    return [(0, Content(x)) for x in (what or "preparing…").split("\n")]
+
+
+def _step_lines(p: ProbeProgress, width: int) -> Ranked:
+    """The step of the point being measured and its time, or what comes before the first step."""
+    n = len(p.point_steps_ms)
+    if not n:
+        return [(2, Content.styled(x, "dim")) for x in wrap_text("building the model and the first step…", width)]
+    total = f"/{p.steps_per_point}" if p.steps_per_point else ""
+    step = [f"step {n}{total} ({p.phase})", f"step {n}{total}"] if p.phase else [f"step {n}{total}"]
+    return [(2, Content(fit_fields([(0, step), (1, [f"{fmt_ms(p.step_ms())} per step", ""])], width)))]
+
+
+def _progress_line(p: ProbeProgress, width: int) -> tuple[int, Content]:
+    """A bar of the plan done (of this point where the plan's size is unknown)."""
+    frac = p.plan_fraction()
+    scope = "of the plan" if frac is not None else "of this point"
+    frac = frac if frac is not None else p.point_fraction()
+    pct = f" {100 * frac:3.0f}% {scope}" if frac is not None else " searching"
+    if frac is not None and len(pct) + 4 > width:
+        pct = f" {100 * frac:3.0f}%"
+    bar_w = max(4, width - len(pct))
+    return (1, Content.assemble((bar(frac, bar_w), "$text-primary"), pct))
+
+
+def _eta_line(p: ProbeProgress, width: int) -> tuple[int, Content]:
+    """The time left in the probe (in the point where the plan's size is unknown), else the points done."""
+    eta_point, eta_plan = p.point_eta_s(), p.plan_eta_s()
+    if eta_plan is not None:
+        eta: list[Field] = [(0, [f"≈ {fmt_seconds(eta_plan)} left in this probe", f"≈ {fmt_seconds(eta_plan)} left"])]
+    elif eta_point is not None:
+        eta = [(0, [f"≈ {fmt_seconds(eta_point)} left in this point", f"≈ {fmt_seconds(eta_point)} left"]),
+               (1, [f"{p.points_done} points done", ""])]
+    else:
+        eta = [(0, [f"{p.points_done} points done"])]
+    return (3, Content.styled(fit_fields(eta, width), "dim"))
 
 
 TABLE_COLUMNS = [("variant", "variant"), ("batch", "batch"), ("step_ms", "step ms"),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import FrameType
 from typing import Any, Iterable
 
 from transformers import TrainerCallback
@@ -34,7 +35,7 @@ class GcdoctorCallback(TrainerCallback):
         index: moving an element from position k to 0 neither skips nor repeats the others)."""
         if self.first_in_callbacks:
             return
-        frame = sys._getframe(1)
+        frame: FrameType | None = sys._getframe(1)
         for _ in range(4):
             frame = frame.f_back if frame is not None else None
             handler = frame.f_locals.get("self") if frame is not None else None
@@ -54,7 +55,7 @@ class GcdoctorCallback(TrainerCallback):
         self.watcher = Watcher(model, optimizer, self.out, profile_steps=self.profile_steps,
                                telemetry_hz=self.telemetry_hz, sync=self.sync, ranks=self.ranks).start()
         if self.watcher.enabled and self.first_in_callbacks is False:
-            self.watcher.facts.watch.notes.append(
+            self.watcher.watch_facts.notes.append(
                 "the callback could not move itself before the Trainer's other callbacks: trackers that log "
                 "before it do not see gcdoctor's log entries")
 

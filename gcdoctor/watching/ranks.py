@@ -13,10 +13,11 @@ from pathlib import Path
 
 from gcdoctor.errors import UserError
 from gcdoctor.facts import Facts
-from gcdoctor.facts.watch import STEP_PARTS, RankSummary
+from gcdoctor.facts.watch import STEP_PARTS, RankSummary, WatchFacts
 
 def rank_summary(rank: int, run_dir: str, facts: Facts) -> RankSummary:
     w = facts.watch
+    assert w is not None  # merge_ranks summarises watched runs only
     return RankSummary(rank=rank, run_dir=run_dir, steps=len(w.steps), step_ms_median=w.step_ms_median,
                        phase_ms_median={p: v for p in STEP_PARTS if (v := w.phase_ms_median(p)) is not None},
                        peak_allocated_bytes=w.peak_allocated_bytes)
@@ -28,14 +29,17 @@ def merge_ranks(path: str | Path, dirs: dict[int, Path]) -> Facts:
     if not dirs:
         raise UserError(f"{path}: not a gcdoctor run directory (no facts.json), nor a distributed one "
                         "(no rank-<r>/facts.json)")
-    loaded = {}
+    loaded: dict[int, Facts] = {}
+    watches: dict[int, WatchFacts] = {}
     for r, d in dirs.items():
         try:
             loaded[r] = Facts.load(d / "facts.json")
         except (ValueError, TypeError, KeyError) as exc:
             raise UserError(f"{d / 'facts.json'}: not a valid gcdoctor facts file ({exc})") from None
-        if loaded[r].watch is None:
+        w = loaded[r].watch
+        if w is None:
             raise UserError(f"{d}: not a watched run (no watch facts): only watched runs are merged by rank")
+        watches[r] = w
     traces = {r: f.trace for r, f in loaded.items()}
     base = loaded[min(loaded)]
     base.trace = {}
@@ -46,11 +50,12 @@ def merge_ranks(path: str | Path, dirs: dict[int, Path]) -> Facts:
         for k, why in f.unavailable.items():
             if k.startswith("trace.watch/"):
                 base.unavailable[k.replace("watch/", f"watch/rank-{r}/", 1)] = why
-    base.watch.ranks = [rank_summary(r, dirs[r].name, f) for r, f in loaded.items()]
+    base_watch = watches[min(loaded)]
+    base_watch.ranks = [rank_summary(r, dirs[r].name, f) for r, f in loaded.items()]
     base.unavailable.pop("watch.ranks", None)
-    world = {f.watch.world_size for f in loaded.values() if f.watch.world_size}
+    world = {w.world_size for w in watches.values() if w.world_size}
     if world and max(world) > len(loaded):
-        base.watch.notes.append(f"{len(loaded)} of {max(world)} ranks have a run directory here")
+        base_watch.notes.append(f"{len(loaded)} of {max(world)} ranks have a run directory here")
     return base
 
 

@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import torch
 from torch.profiler import record_function
@@ -45,6 +45,9 @@ from gcdoctor.run.events import EventBus, RunFinished, RunStarted, StepMeasured,
 from gcdoctor.facts import Facts, ModelInfo, RunSettings
 from gcdoctor.facts.watch import CheckpointingSettings, WatchFacts, WatchRecompute, WatchStep
 from gcdoctor.run.rundir import RunDirectory, default_run_dir
+
+if TYPE_CHECKING:
+    from gcdoctor.telemetry import TelemetrySampler
 
 SAVE_EVERY_S = 10.0
 DTYPE_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -136,7 +139,7 @@ class Watcher:
         self.memory = memory if memory in ("count", "off") else ("auto" if self.backend.kind != "cpu" else "off")
         self.profile_steps = sorted(set(profile_steps))
         self.telemetry_hz, self.label_phases = telemetry_hz, label_phases
-        self.sampler = None
+        self.sampler: TelemetrySampler | None = None
         self._closed = False
         self.trace_paths: list[Path] = []
         if not self.enabled:
@@ -151,8 +154,9 @@ class Watcher:
         self.facts = Facts(environment=self.backend.describe(), settings=RunSettings(
             command="watch", started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
             warmup_steps=1, measure_steps=0, probes=["watch"]))
-        self.facts.watch = WatchFacts(timing="sync" if self.sync else "events", tokens_per_step=tokens_per_step,
+        self.watch_facts = WatchFacts(timing="sync" if self.sync else "events", tokens_per_step=tokens_per_step,
                                       rank=self.rank, world_size=self.world_size)
+        self.facts.watch = self.watch_facts
         self._describe_model()
         self._index = 0
         self._pending: list[_Pending] = []
@@ -161,7 +165,7 @@ class Watcher:
         self._prev_host: float | None = None  # the host clock when the previous step ended (no sync)
         self._step: _StepState | None = None
         self._prof: Any = None
-        self._prof_first: int | None = None
+        self._prof_first = 0  # the first step of the open (or last) profiled stretch
         self._prof_step_rf: Any = None
         self._hooks: list[Any] = []
         self._phase_rf: Any = None
@@ -174,7 +178,7 @@ class Watcher:
         self._logged_upto = 0  # steps already summarised by log_metrics()
 
     def _describe_model(self) -> None:
-        m, w = self.model, self.facts.watch
+        m, w = self.model, self.watch_facts
         if m is None:
             return
         params = list(m.parameters())
@@ -201,7 +205,7 @@ class Watcher:
         self.rundir.write_json("config.json", {"command": "watch", "profile_steps": self.profile_steps,
                                                "telemetry_hz": self.telemetry_hz, "sync": self.sync,
                                                "rank": self.rank, "world_size": self.world_size})
-        w = self.facts.watch
+        w = self.watch_facts
         self.bus.emit(RunStarted(str(self.rundir.path), "watch", {
             "model": w.model_name, "params": w.n_params, "dtype": w.param_dtype,
             "gradient_checkpointing": w.gradient_checkpointing}, self.facts.environment.__dict__))
@@ -215,9 +219,10 @@ class Watcher:
         try:
             from gcdoctor.telemetry import TelemetrySampler, open_sources
             index = self.backend.index if self.backend.kind != "cpu" else None
-            self.sampler = TelemetrySampler(open_sources(self.backend.kind, index), rate_hz=self.telemetry_hz,
-                                            on_sample=self._on_sample, stream_path=self.rundir.file("telemetry.csv"))
-            self.sampler.start()
+            sampler = TelemetrySampler(open_sources(self.backend.kind, index), rate_hz=self.telemetry_hz,
+                                       on_sample=self._on_sample, stream_path=self.rundir.file("telemetry.csv"))
+            self.sampler = sampler
+            sampler.start()
         except Exception as exc:  # noqa: BLE001 - telemetry is optional; the watch goes on without it
             self.facts.unavailable["telemetry"] = f"telemetry could not start: {exc}"
         self.save()
@@ -287,20 +292,23 @@ class Watcher:
         """Start a step (the model's first forward of a step starts one too, if none is open)."""
         if not self.enabled or self._closed or self._step is not None:
             return
+        self._open_step()
+
+    def _open_step(self) -> _StepState:
         if self._index in self.profile_steps and self._prof is None:
             self._start_profiler(self._index)
-        self._step = _StepState(time.monotonic(), time.perf_counter())
+        st = self._step = _StepState(time.monotonic(), time.perf_counter())
         if self.memory == "count":
             self._enter_tracking()
         self._mark("begin")
+        return st
 
     def end_step(self, loss: Any = None) -> None:
         if not self.enabled or self._closed:
             return
-        if self._step is None:
-            self.begin_step()
+        st = self._step if self._step is not None else self._open_step()
         self._mark("end")
-        st, self._step = self._step, None
+        self._step = None
         self._exit_tracking()
         if loss is None:
             loss = st.loss
@@ -310,7 +318,7 @@ class Watcher:
             rec.host_wait_ms = round((st.wall_start - self._prev_host) * 1e3, 4)
         if st.phase_peaks:
             rec.phase_peak_bytes = dict(st.phase_peaks)
-            rec.peak_phase = max(st.phase_peaks, key=st.phase_peaks.get)
+            rec.peak_phase = max(st.phase_peaks, key=st.phase_peaks.__getitem__)
             rec.peak_allocated_bytes = st.phase_peaks[rec.peak_phase]
             rec.peak_reserved_bytes = st.reserved_peak or None
         marks = ([("prev", self._prev_end)] if self._prev_end is not None else []) + st.marks
@@ -321,7 +329,7 @@ class Watcher:
             self._prev_wall = now
             rec.loss = _loss_value(loss)
         rec.t_end = time.monotonic()
-        self.facts.watch.steps.append(rec)
+        self.watch_facts.steps.append(rec)
         if self.sync:
             self._phases(rec, marks)
             self._emit(rec)
@@ -336,7 +344,7 @@ class Watcher:
             self._resolve(block=False)
         self._prev_end, self._prev_host = st.marks[-1][1], time.perf_counter()
         if self._prof is not None:
-            self.facts.watch.profiled_steps.append(self._index)
+            self.watch_facts.profiled_steps.append(self._index)
             self._close_phase()
             self._close_profiler_step()
             if self._index + 1 in self.profile_steps:
@@ -355,7 +363,7 @@ class Watcher:
         """Attach a loss known later (e.g. the Trainer's logged average) to a recorded step."""
         if not self.enabled:
             return
-        for rec in reversed(self.facts.watch.steps):
+        for rec in reversed(self.watch_facts.steps):
             if rec.index == step_index:
                 rec.loss = float(loss)
                 return
@@ -367,9 +375,9 @@ class Watcher:
         if not self.enabled:
             return {}
         self._resolve(block=False)
-        done = [s for s in self.facts.watch.steps[self._logged_upto:] if s.step_ms is not None or self.sync]
+        done = [s for s in self.watch_facts.steps[self._logged_upto:] if s.step_ms is not None or self.sync]
         if done:
-            self._logged_upto = self.facts.watch.steps.index(done[-1]) + 1
+            self._logged_upto = self.watch_facts.steps.index(done[-1]) + 1
         out: dict[str, float] = {}
         unprofiled = [s for s in done if not s.profiled] or done
         for key, attr in (("step_ms", "step_ms"), ("data_ms", "data_ms"), ("forward_ms", "forward_ms"),
@@ -380,7 +388,7 @@ class Watcher:
         peaks = [s.peak_allocated_bytes for s in done if s.peak_allocated_bytes is not None]
         if peaks:
             out["gcdoctor/peak_allocated_gib"] = round(max(peaks) / 2**30, 3)
-        rc = self.facts.watch.recompute
+        rc = self.watch_facts.recompute
         if rc is not None and rc.share is not None:
             out["gcdoctor/recompute_share"] = round(rc.share, 4)
         for k, (total, n) in list(self._tele.items()):
@@ -472,7 +480,7 @@ class Watcher:
             self._emit(p.record)
 
     def _emit(self, rec: WatchStep) -> None:
-        self.bus.emit(StepMeasured("watch", "train", self.facts.watch.batch_size or 0, rec.index, rec.step_ms or 0.0,
+        self.bus.emit(StepMeasured("watch", "train", self.watch_facts.batch_size or 0, rec.index, rec.step_ms or 0.0,
                                    "profile" if rec.profiled else "watch", rec.loss, rec.peak_allocated_bytes))
 
     def _enter_tracking(self) -> None:
@@ -501,17 +509,17 @@ class Watcher:
             self._hooks.append(opt.register_step_pre_hook(lambda *a: self._optimizer_boundary("opt0")))
             self._hooks.append(opt.register_step_post_hook(lambda *a: self._optimizer_boundary("opt1")))
             self.name_optimizer(opt)
-        w = self.facts.watch
+        w = self.watch_facts
         w.phases_from = "+".join(x for x, ok in (("model", m is not None), ("optimizer", opt is not None)) if ok)
 
     def name_optimizer(self, opt: Any) -> None:
-        self.facts.watch.optimizer = type(opt).__name__
+        self.watch_facts.optimizer = type(opt).__name__
         self.facts.settings.optimizer = type(opt).__name__.lower()
         d = getattr(opt, "defaults", None) or {}
-        self.facts.watch.optimizer_impl = ("fused" if d.get("fused") else "forloop" if d.get("foreach") is False
+        self.watch_facts.optimizer_impl = ("fused" if d.get("fused") else "forloop" if d.get("foreach") is False
                                            else "foreach" if "foreach" in d else "")
         from gcdoctor.model.allocator import alloc_conf_env
-        self.facts.watch.alloc_conf = os.environ.get(alloc_conf_env(self.facts.environment.device_kind))
+        self.watch_facts.alloc_conf = os.environ.get(alloc_conf_env(self.facts.environment.device_kind))
 
     def _forward_pre(self, module: Any, args: tuple, kwargs: dict) -> None:
         if not (torch.is_grad_enabled() and getattr(module, "training", True)):
@@ -526,7 +534,7 @@ class Watcher:
         shape = _batch_shape(args, kwargs)
         if shape is not None:
             self._step.tokens += shape[0] * shape[1]
-            w = self.facts.watch
+            w = self.watch_facts
             if w.batch_size is None:
                 w.batch_size, w.seq_len = shape
                 self.facts.settings.seq_len = shape[1]
@@ -599,7 +607,7 @@ class Watcher:
         prof, self._prof = self._prof, None
         prof.__exit__(None, None, None)
         first = self._prof_first
-        done = [i for i in self.facts.watch.profiled_steps if i >= first]
+        done = [i for i in self.watch_facts.profiled_steps if i >= first]
         if not done:  # stopped before the first profiled step ran (the run ended)
             return
         last = done[-1]
@@ -623,8 +631,8 @@ class Watcher:
         if self.model is None:
             return
         cs = describe_checkpointing(self.model)
-        self.facts.watch.checkpointing = cs
-        self.facts.watch.gradient_checkpointing = cs.enabled
+        self.watch_facts.checkpointing = cs
+        self.watch_facts.gradient_checkpointing = cs.enabled
 
     def _analyse_trace(self, path: Path) -> None:
         """Trace metrics of a profiled stretch (right after it, so the Trainer's logs get the
@@ -646,18 +654,16 @@ class Watcher:
             self.facts.trace[str(TraceKey(key, window))] = tm
         rec = metrics.get("recompute")
         found = find_recompute(tables) if rec is not None else None  # labelled too: the form it shows
-        n = sum(1 for i in self.facts.watch.profiled_steps if i >= self._prof_first)
-        self.facts.watch.recompute = recompute_facts(key, metrics, found, self.facts.watch.recompute, n)
+        n = sum(1 for i in self.watch_facts.profiled_steps if i >= self._prof_first)
+        self.watch_facts.recompute = recompute_facts(key, metrics, found, self.watch_facts.recompute, n)
 
     def _finish_facts(self) -> None:
         """What is known once the steps are in: settings, the memory model of the watched model,
         activations vs model states, the recompute against the analytic extra forward."""
-        w, st = self.facts.watch, self.facts.settings
+        w, st = self.watch_facts, self.facts.settings
         st.measure_steps = len(w.counted())
         forwards = [s.micro_batches for s in w.steps if s.micro_batches]
-        w.micro_batches = statistics.median(forwards) if forwards else None
-        if w.micro_batches is not None:
-            w.micro_batches = int(w.micro_batches)
+        w.micro_batches = int(statistics.median(forwards)) if forwards else None
         if w.tokens_per_step is None:
             toks = [s.tokens for s in w.steps if s.tokens]
             w.tokens_per_step = int(statistics.median(toks)) if toks else None
@@ -666,23 +672,25 @@ class Watcher:
         if w.recompute is None and self.trace_paths:
             w.recompute = WatchRecompute(found=False, trace="watch/" + self.trace_paths[0].name.replace(".json.gz", ""))
         w.device_memory_bytes = self.backend.total_memory()
-        if not (self.world_size and self.world_size > 1):
-            self.facts.unavailable["watch.ranks"] = "a single-process run: no ranks to compare"
-        else:
-            self.facts.unavailable["watch.ranks"] = (f"rank {self.rank} of {self.world_size}: `gcdoctor analyze` of "
-                                                     "the folder above the rank-<r> directories compares the ranks")
+        self.facts.unavailable["watch.ranks"] = self._ranks_note()
         spec, why = _spec_of(self.model)
         if spec is None:
             self.facts.unavailable["memory_model"] = why
             return
-        gc_layers = w.checkpointing.layers_checkpointed
         if w.recompute is not None and w.seq_len:
-            # the layers the model says it checkpoints, else one per region the trace shows
-            n_ckpt = gc_layers if gc_layers else min(spec.n_layers, round(w.recompute.regions_per_step or 0))
-            w.recompute.layer_forward_fraction = spec.layer_forward_share(w.seq_len, n_ckpt)
-            if w.recompute.forward_ms is not None:
-                rc = w.recompute
-                rc.expected_recompute_ms = round(rc.forward_ms * rc.layer_forward_fraction, 4)
+            _expected_recompute(w.recompute, spec, w.seq_len, w.checkpointing.layers_checkpointed)
+        self._model_memory(w, spec)
+
+    def _ranks_note(self) -> str:
+        """Why this run directory holds no cross-rank comparison."""
+        if not (self.world_size and self.world_size > 1):
+            return "a single-process run: no ranks to compare"
+        return (f"rank {self.rank} of {self.world_size}: `gcdoctor analyze` of "
+                "the folder above the rank-<r> directories compares the ranks")
+
+    def _model_memory(self, w: WatchFacts, spec: Any) -> None:
+        """The memory model's prediction for the watched model and batch shape, and the part of the
+        measured peak it leaves to activations (or why there is no prediction)."""
         optimizer = OPTIMIZER_MODELS.get(w.optimizer.lower())
         dtype = DTYPE_NAMES.get(w.param_dtype or "")
         kind = self.backend.kind
@@ -699,16 +707,27 @@ class Watcher:
         mm = memory_model_facts(spec, w.seq_len, dtype, optimizer, kind,
                                 points=[("no_gc", w.batch_size), ("gc", w.batch_size)],
                                 capacity_bytes=self.backend.memory_limit() or w.device_memory_bytes)
-        total = w.checkpointing.layers_total
+        gc_layers, total = w.checkpointing.layers_checkpointed, w.checkpointing.layers_total
         if gc_layers is not None and total and gc_layers not in (0, total):
             mm.notes.append(f"the model's 'gc' point checkpoints every decoder layer; this run checkpoints "
-                            f"{gc_layers} of {w.checkpointing.layers_total}")
+                            f"{gc_layers} of {total}")
         if w.micro_batches and w.micro_batches > 1:
             mm.notes.append(f"predicted for one micro-batch of {w.batch_size}; the step runs {w.micro_batches}")
         self.facts.memory_model = mm
         w.model_state_bytes = mm.model_state_bytes
-        if w.peak_allocated_bytes is not None:
-            w.activation_peak_bytes = w.peak_allocated_bytes - mm.model_state_bytes
+        peak = w.peak_allocated_bytes
+        if peak is not None:
+            w.activation_peak_bytes = peak - mm.model_state_bytes
+
+
+def _expected_recompute(rc: WatchRecompute, spec: Any, seq_len: int, gc_layers: int | None) -> None:
+    """The analytic extra forward of the checkpointed layers: the layers the model says it
+    checkpoints, else one per region the trace shows."""
+    n_ckpt = gc_layers if gc_layers else min(spec.n_layers, round(rc.regions_per_step or 0))
+    fraction = spec.layer_forward_share(seq_len, n_ckpt)
+    rc.layer_forward_fraction = fraction
+    if rc.forward_ms is not None:
+        rc.expected_recompute_ms = round(rc.forward_ms * fraction, 4)
 
 
 def recompute_facts(key: str, metrics: dict[str, Any], found: Any, prev: WatchRecompute | None,
@@ -724,24 +743,17 @@ def recompute_facts(key: str, metrics: dict[str, Any], found: Any, prev: WatchRe
     out = prev if prev is not None else WatchRecompute(trace=key)
     if not n:
         return out
-    if device:
-        r_us = sum(m.recompute_busy_us or 0.0 for m in steps)
-        s_us = sum(m.busy_us or 0.0 for m in steps)
-        f_us = fwd.busy_us if fwd is not None and fwd.busy_us is not None else None
-    else:  # CPU-only trace: ops run on the host thread, their host time is their compute time
-        r_us = (rec.wall_us or 0.0) if rec is not None else 0.0
-        s_us = sum(m.wall_us or 0.0 for m in steps)
-        f_us = fwd.wall_us if fwd is not None else None
+    r_us, s_us, f_us = _stretch_us(steps, rec, fwd, device)
     total = out.steps + n
-    def avg(old: float | None, new_sum_us: float | None) -> float | None:
-        if new_sum_us is None:
-            return old
+    def avg(old: float | None, new_sum_us: float) -> float:
         new = new_sum_us / 1e3
         return round(((old or 0.0) * out.steps + new) / total, 4)
-    out.recompute_ms, out.step_ms = avg(out.recompute_ms, r_us), avg(out.step_ms, s_us)
-    out.forward_ms = avg(out.forward_ms, f_us)
+    recompute_ms, step_ms = avg(out.recompute_ms, r_us), avg(out.step_ms, s_us)
+    out.recompute_ms, out.step_ms = recompute_ms, step_ms
+    if f_us is not None:
+        out.forward_ms = avg(out.forward_ms, f_us)
     out.steps, out.time_basis = total, "device" if device else "host"
-    out.share = out.recompute_ms / out.step_ms if out.step_ms else None
+    out.share = recompute_ms / step_ms if step_ms else None
     if rec is not None:
         out.found = True
         out.source = rec.window_source
@@ -756,6 +768,20 @@ def recompute_facts(key: str, metrics: dict[str, Any], found: Any, prev: WatchRe
     return out
 
 
+def _stretch_us(steps: list[Any], rec: Any, fwd: Any, device: bool) -> tuple[float, float, float | None]:
+    """(recompute, whole steps, forward) microseconds of a profiled stretch: device busy time, or on
+    a CPU-only trace host time (ops run on the host thread: their host time is their compute time)."""
+    if device:
+        r_us = sum(m.recompute_busy_us or 0.0 for m in steps)
+        s_us = sum(m.busy_us or 0.0 for m in steps)
+        f_us = fwd.busy_us if fwd is not None and fwd.busy_us is not None else None
+    else:
+        r_us = (rec.wall_us or 0.0) if rec is not None else 0.0
+        s_us = sum(m.wall_us or 0.0 for m in steps)
+        f_us = fwd.wall_us if fwd is not None else None
+    return r_us, s_us, f_us
+
+
 def describe_checkpointing(model: Any) -> CheckpointingSettings:
     """What the model and the libraries around it say about its checkpointing: transformers'
     `gradient_checkpointing` layers and their checkpoint function's keywords, torch.distributed's
@@ -763,13 +789,15 @@ def describe_checkpointing(model: Any) -> CheckpointingSettings:
     import functools
     cs = CheckpointingSettings()
     layers, flagged, funcs = [], [], []
+    layer_types: tuple[type, ...]
     try:
         from transformers.modeling_layers import GradientCheckpointingLayer
+        layer_types = (GradientCheckpointingLayer,)
     except ImportError:
-        GradientCheckpointingLayer = None  # noqa: N806
+        layer_types = ()
     has_flag = False
     for mod in model.modules():
-        if GradientCheckpointingLayer is not None and isinstance(mod, GradientCheckpointingLayer):
+        if isinstance(mod, layer_types):
             layers.append(mod)
         if hasattr(mod, "gradient_checkpointing"):
             has_flag = True
@@ -818,10 +846,12 @@ def _keywords(cs: CheckpointingSettings, kw: dict[str, Any]) -> None:
 def _checkpoint_wrappers(model: Any, layers: list) -> tuple[str, int, bool | None, dict] | None:
     """(api, modules checkpointed, use_reentrant, keywords) of torch.distributed's checkpointing."""
     count, reentrant, kw, api = 0, None, {}, ""
+    get_registry: Callable[[Any], Any] | None
     try:
         from torch.distributed._composable.contract import _get_registry
+        get_registry = _get_registry
     except Exception:  # noqa: BLE001 - private API: absent or moved
-        _get_registry = None
+        get_registry = None
     for mod in model.modules():
         impl = getattr(mod, "checkpoint_impl", None)
         if impl is not None and hasattr(mod, "_checkpoint_wrapped_module"):
@@ -833,7 +863,7 @@ def _checkpoint_wrappers(model: Any, layers: list) -> tuple[str, int, bool | Non
             kw.pop("use_reentrant", None)
             continue
         try:
-            reg = (_get_registry(mod) or {}) if _get_registry is not None else {}
+            reg = (get_registry(mod) or {}) if get_registry is not None else {}
         except Exception:  # noqa: BLE001 - private API: changed
             reg = {}
         if "checkpoint" in reg:
