@@ -7,6 +7,8 @@ from pathlib import Path
 
 import asyncio
 
+from textual.app import App
+
 from gcdoctor.run.events import MeasurementRecorded, RunFinished, read_events
 from gcdoctor.tui.replay import make_app
 
@@ -240,3 +242,50 @@ def test_the_status_line_leaves_out_the_key_hint_before_it_cuts_the_report_path(
 
     line, width = asyncio.run(go())
     assert line == f"report: {path}" and len(line) <= width
+
+
+def test_a_report_path_wider_than_the_screen_wraps_whole_onto_a_second_status_line():
+    import dataclasses
+    from gcdoctor.tui.widgets import StatusBar
+    path = "/home/someone/experiments/a-rather-long-project-name/gcdoctor-runs/2026-12-02T05-40-00/report.html"
+    events = [dataclasses.replace(e, report_path=path) if isinstance(e, RunFinished) else e
+              for e in read_events(str(DIAGNOSE))]
+
+    async def go():
+        app = make_app(events, "diagnose")
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _settle(pilot)
+            bar = app.query_one(StatusBar)
+            return bar.render().plain, bar.content_size.width, bar.size.height
+
+    text, width, height = asyncio.run(go())
+    lines = text.split("\n")
+    assert len(lines) == 2 and height == 2
+    assert all(len(t) <= width for t in lines) and "…" not in text
+    assert "".join(lines) == f"report: {path}"
+
+
+def test_an_unavailable_gauges_long_note_wraps_under_itself():
+    from gcdoctor.tui.gauges import GaugeRow
+    from gcdoctor.tui.state import DashboardState
+    from gcdoctor.tui.widgets import GaugePanel
+    note = "NVML cannot read the PCIe counters on this driver (nvmlDeviceGetFieldValues returned NOT_SUPPORTED)"
+    rows = [GaugeRow("PCIe H→D", None, None, "", note), GaugeRow("CPU", None, None, "", "")]
+
+    class One(App):
+        def compose(self):
+            yield GaugePanel(DashboardState(), lambda: rows, id="g")
+
+    async def go():
+        app = One()
+        async with app.run_test(size=(50, 12)) as pilot:
+            await pilot.pause()
+            panel = app.query_one(GaugePanel)
+            return panel.render().plain, panel.content_size.width
+
+    text, width = asyncio.run(go())
+    lines = text.split("\n")
+    assert lines[0].startswith("PCIe H→D unavailable (NVML ") and lines[-1] == "CPU      unavailable"
+    assert len(lines) > 2 and all(len(t) <= width for t in lines) and "…" not in text
+    assert all(t.startswith(" " * 9) for t in lines[1:-1])
+    assert " ".join(t.strip() for t in lines[:-1]) == f"PCIe H→D unavailable ({note})"

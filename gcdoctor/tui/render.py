@@ -141,15 +141,18 @@ def fit_fields(fields: Sequence[Field], width: int, sep: str = " · ") -> str:
     return line()
 
 
-def wrap_text(text: str, width: int) -> list[str]:
+def wrap_text(text: str, width: int, fill: bool = False) -> list[str]:
     """`text` over lines of at most `width` cells, broken between words; a word longer than a line
-    (a path, a variant name) is broken after '/', ':' or '-', and only at the last resort inside."""
+    (a path, a variant name) is broken after '/', ':' or '-', and only at the last resort inside.
+    `fill`: every line filled before the next starts, so a short word before a long path stays on
+    the path's first line ("report: /home/.../runs/" then the rest)."""
     import re
     import textwrap
     if width <= 0:
         return [text]
     out: list[str] = []
-    for line in textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) or [""]:
+    wrapped = [text] if fill else textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)
+    for line in wrapped or [""]:
         if len(line) <= width:
             out.append(line)
             continue

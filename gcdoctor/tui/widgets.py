@@ -30,11 +30,6 @@ def plural(n: int, word: str) -> str:
     return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
-def _fit(text: str, width: int) -> str:
-    """Cut `text` to `width` cells with an ellipsis (all our texts are single-width characters)."""
-    return text if len(text) <= width else (text[: max(0, width - 1)] + "…" if width > 0 else "")
-
-
 class GaugePanel(Widget):
     """Rows of label, fixed-scale sparkline (one cell per second) and current value."""
 
@@ -56,9 +51,10 @@ class GaugePanel(Widget):
         lines: list[Content] = []
         for r in rows:
             label = (r.label.ljust(label_w), "bold")
-            if r.series is None:
+            if r.series is None:  # the note wraps under itself, never cut
                 note = f"unavailable ({r.note})" if r.note else "unavailable"
-                lines.append(Content.assemble(label, " ", (_fit(note, width - label_w - 1), "dim")))
+                for i, part in enumerate(wrap_text(note, max(1, width - label_w - 1))):
+                    lines.append(Content.assemble(label if i == 0 else " " * label_w, " ", (part, "dim")))
                 continue
             cols = self.state.telemetry.columns(r.series, spark_w)
             lines.append(Content.assemble(label, " ", (sparkline(cols, spark_w, r.top), "$text-primary"), " ",
@@ -102,9 +98,9 @@ class HeaderBar(Widget):
 
 class StatusBar(Widget):
     """One line: running / stopping / where the report is. Too narrow a line leaves out the key hint,
-    then its last fields, whole."""
+    then its last fields, whole; a path wider than the whole line wraps onto a second one."""
 
-    DEFAULT_CSS = "StatusBar { height: 1; padding: 0 1; background: $boost; }"
+    DEFAULT_CSS = "StatusBar { height: auto; padding: 0 1; background: $boost; }"
 
     def __init__(self, state: DashboardState, text: Callable[[], tuple[str, str]], **kw: Any) -> None:
         super().__init__(**kw)
@@ -118,7 +114,8 @@ class StatusBar(Widget):
             text = text.split(" — ")[0]
         while len(text) > width and " · " in text:
             text = text.rsplit(" · ", 1)[0]
-        return Content.assemble((_fit(text, width), style))  # cut only a single path wider than the screen
+        # a single path wider than the screen wraps (the bar grows a line), never cut
+        return Content("\n").join([Content.assemble((part, style)) for part in wrap_text(text, width, fill=True)])
 
 
 class ProbePanel(Widget):
