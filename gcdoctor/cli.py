@@ -368,12 +368,6 @@ def _log_rule_errors(rundir: Any, verdicts: list) -> None:
         rundir.write_error(text)
 
 
-def load_recorded(path: Path) -> Any:
-    """Facts from a run directory (its facts.json) or a profiler trace file; one-line errors."""
-    from gcdoctor.recorded import open_recorded
-    return open_recorded(path)
-
-
 def cmd_analyze(args: argparse.Namespace) -> int:
     from gcdoctor.engine import evaluate
     from gcdoctor.report import write_reports
@@ -388,7 +382,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if args.against:
         from gcdoctor.recipe_code import against_facts
         against = against_facts(args.against)
-    facts = load_recorded(path)
+    from gcdoctor.recorded import open_recorded
+    facts = open_recorded(path)
     if against is not None:
         if facts.watch is None:
             raise UserError(f"--against: {path} is not a watched run (gcdoctor watch, or gcdoctor.watch in a script)")
@@ -539,8 +534,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from gcdoctor.report.regression import compare_json, regressions
-    from gcdoctor.report.compare import compare_rows, load_run, run_compare
+    from gcdoctor.report.compare import compare_json, compare_rows, load_run, run_compare
+    from gcdoctor.report.regression import regressions
     pct = args.fail_on_regression
     if args.json:
         a, b = load_run(args.run_a), load_run(args.run_b)

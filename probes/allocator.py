@@ -4,7 +4,7 @@ The sweep finds each variant's largest batch in one process, after other batches
 caching allocator's segments then carry the history of those trials, so the boundary it reports
 may not hold for a job whose first step is that batch. And `PYTORCH_CUDA_ALLOC_CONF` is read when
 CUDA initialises, so another allocator setting needs another process. This probe starts gcdoctor
-again in subprocesses (`python -m gcdoctor.probes.allocator WORK.json`), each measuring given
+again in subprocesses (`python -m gcdoctor.run.worker WORK.json`), each measuring given
 batches with the same training step and returning its measurements as JSON:
 
 - default allocator: the sweep's boundary batch first, in a fresh process; if it does not fit,
@@ -29,13 +29,12 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from gcdoctor.model.allocator import alloc_conf_env
 from gcdoctor.facts import AllocatorFacts, Measurement
-from gcdoctor.facts.serde import from_dict, to_dict
+from gcdoctor.facts.serde import from_dict
 from gcdoctor.facts.sweep import AllocatorBoundary, FreshRun
 
 ALLOC_CONF = {"default": "", "expandable": "expandable_segments:True"}
@@ -184,15 +183,14 @@ def _fill(bound: AllocatorBoundary, m: Measurement) -> None:
 
 
 def _recorded(probe: str, m: Measurement):
-    from gcdoctor.run.events import MeasurementRecorded
-    from gcdoctor.run.session import measurement_row
+    from gcdoctor.run.events import MeasurementRecorded, measurement_row
     return MeasurementRecorded(probe, measurement_row(m))
 
 
 def run_worker(work: Path, env: dict[str, str], check_stop=None) -> dict[str, Any] | str:
     """Run the worker on `work` in a subprocess; its result dict, or why there is none."""
     result = work.with_name("result.json")
-    cmd = [sys.executable, "-m", "gcdoctor.probes.allocator", str(work)]
+    cmd = [sys.executable, "-m", "gcdoctor.run.worker", str(work)]
     with open(work.with_name("worker.log"), "w") as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + WORKER_TIMEOUT_S
@@ -213,79 +211,3 @@ def run_worker(work: Path, env: dict[str, str], check_stop=None) -> dict[str, An
         tail = work.with_name("worker.log").read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
         return f"exit code {proc.returncode}: {tail[0][:200]}"
     return json.loads(result.read_text())
-
-
-# the worker ---------------------------------------------------------------------------------
-
-def worker(work_path: str) -> int:
-    """Measure the batches of WORK.json in this (fresh) process; write result.json beside it.
-
-    mode "list": each batch in order. mode "boundary": from the first batch, up by one while it
-    fits (to `high`), or down by one until one fits (to `low`); at most `max_trials` points."""
-    work = json.loads(Path(work_path).read_text())
-    from gcdoctor.run.capture import TrainingStep, enable_layer_checkpointing
-    from gcdoctor.config import RunConfig
-    from gcdoctor.run.session import ProbeContext, Session
-
-    known = {f.name for f in fields(RunConfig)}
-    # the worker's own run directory is a fresh folder beside WORK.json: the folder WORK.json is in
-    # is not empty, and a run directory that is not empty is refused (it would mix two runs)
-    settings = {k: v for k, v in work["config"].items() if k in known}
-    settings["out"] = str(Path(work_path).parent / "run")
-    cfg = RunConfig(**settings)
-    session = Session(cfg)
-    session.bus.subscribe(session.rundir.on_event)
-    ctx = ProbeContext(session)
-    session.current_probe = "allocator"
-    from gcdoctor.run.events import PhaseTimed, process_age_s
-    startup = process_age_s()
-    if startup is not None:  # imports and device set-up of this fresh process
-        session.bus.emit(PhaseTimed("allocator", "start-up", startup, "fresh process"))
-    variant = work["variant"]
-    measured: list[Measurement] = []
-    with session.backend.tracking():
-        model = ctx.build_model(init=work.get("init", "fast"))  # values do not matter for fit and time
-        if hasattr(session.backend, "track"):
-            session.backend.track([*model.parameters(), *model.buffers()])
-        if variant == "gc":
-            enable_layer_checkpointing(model)
-        # a recipe (the policies probe): its checkpointing policy, loss and accumulation
-        from gcdoctor.probes.policies import recipe_step_factory
-        forward = recipe_step_factory(model, work, session.backend)
-
-        def measure(batch: int, steps: int | None = None) -> Measurement:
-            m = ctx.measure("allocator", variant, lambda: TrainingStep(
-                model, session.backend, batch, ctx.seq_len, work.get("optimizer") or cfg.optimizer, cfg.seed,
-                forward=forward), batch, steps=steps)
-            measured.append(m)
-            return m
-
-        if work["mode"] == "list":
-            for b in work["batches"]:
-                measure(b)
-        else:
-            b, low, high = work["batches"][0], work["low"], work["high"]
-            going_up = measure(b).fits
-            while len(measured) < work["max_trials"]:
-                b = b + 1 if going_up else b - 1
-                if b > high or b < max(low, 1):
-                    break
-                # past the first point only fit or OOM is asked: the warm-up and one timed step (the
-                # second step, the first with the optimizer states beside the activations: its peak is
-                # the one every later step repeats; a lone first step is below it)
-                fits = measure(b, steps=1).fits
-                if fits != going_up:
-                    break
-    non_alloc = getattr(session.backend, "non_allocator_bytes", None)
-    result = {"measurements": [to_dict(m) for m in measured],
-              "alloc_conf": os.environ.get(alloc_conf_env(session.backend.kind), ""),
-              "context_bytes": non_alloc() if non_alloc is not None else None}
-    tmp = Path(work_path).with_name("result.json.tmp")
-    tmp.write_text(json.dumps(result))
-    tmp.replace(tmp.with_name("result.json"))
-    session.rundir.close()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(worker(sys.argv[1]))

@@ -26,7 +26,7 @@ import time
 from typing import Any, Callable
 
 from gcdoctor.run.capture import TrainingStep, free_memory
-from gcdoctor.facts.policies import (POLICY_NONE, POLICY_OFFLOAD, PolicyCandidate, PolicyFacts, PolicySetting,
+from gcdoctor.facts.policies import (POLICY_OFFLOAD, PolicyCandidate, PolicyFacts, PolicySetting,
                                      RecipeChoice, RecipeConfirmation)
 from gcdoctor.facts.serde import from_dict
 from gcdoctor.facts.sweep import Measurement
@@ -377,29 +377,4 @@ def _pct_less(a: float, b: float) -> str:
     return "as much" if abs(d) < 0.5 else f"{abs(d):.0f} % {'less' if d > 0 else 'more'}"
 
 
-# the worker's side: the allocator probe's fresh process applies a recipe's setting -------------
-
-def recipe_step_factory(model: Any, work: dict[str, Any], backend: Any) -> Callable[..., Any] | None:
-    """For the fresh-process worker: apply the work's setting to `model` and return the forward
-    (loss) function its steps run, accumulation included; None without a setting."""
-    setting = work.get("setting")
-    if not setting:
-        return None
-    P.apply_policy(model, setting.get("policy", POLICY_NONE), device_kind=backend.kind)
-    loss_fn = P.chunked_causal_lm_loss if setting.get("chunked_loss") else None
-    from gcdoctor.run.capture import _causal_lm_loss
-    loss_fn = loss_fn or _causal_lm_loss
-    acc = int(work.get("accumulation") or 1)
-    if acc <= 1:
-        return loss_fn
-
-    def accumulate(model: Any, input_ids: Any) -> Any:
-        # the accumulated micro-batches but the last: forward and backward each (the gradients sum);
-        # the step's own backward runs the last
-        for _ in range(acc - 1):
-            (loss_fn(model, input_ids) / acc).backward()
-        return loss_fn(model, input_ids) / acc
-    return accumulate
-
-
-__all__ = ["PoliciesProbe", "recipe_step_factory"]
+__all__ = ["PoliciesProbe"]

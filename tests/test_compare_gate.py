@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gcdoctor.cli import main
-from gcdoctor.report.regression import compare_json
+from gcdoctor.report.compare import compare_json
 from gcdoctor.report.compare import load_run, render_text
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"

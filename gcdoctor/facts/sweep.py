@@ -163,7 +163,7 @@ class SweepFacts:
 
 @dataclass
 class FreshRun:
-    """One fresh process (probes/allocator.py's worker) measuring batches in the order given."""
+    """One fresh process (the allocator probe's worker, gcdoctor/run/worker.py) measuring batches in the order given."""
 
     variant: str = ""  # no_gc | gc
     allocator: str = ""  # default | expandable

@@ -9,6 +9,7 @@ config.json), so a difference in verdicts is a difference in measurements, not i
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from gcdoctor.facts import Facts
 from gcdoctor.report.bottom_line import run_title
 from gcdoctor.report.html_parts import Raw, figure, figures, kv, section, table
 from gcdoctor.report.model import GIB, MIB, Section, Table, change, format_with_unit
+from gcdoctor.report.regression import moved, prediction_changes, regressions
 from gcdoctor.report import sections as report_sections
 from gcdoctor.report.svg import Series, color_for, esc, line_plot
 
@@ -261,6 +263,22 @@ KIND_TEXT = {"appeared": "appeared in B", "disappeared": "gone in B", "severity"
 
 
 # text ----------------------------------------------------------------------------------------
+def compare_json(a: Run, b: Run, pct: float | None) -> dict[str, Any]:
+    """`compare --json`: the rows, the verdict changes, the regressions and the changed predictions."""
+    rows = compare_rows(a, b)
+    changes = verdict_changes(a.verdicts, b.verdicts)
+    return {
+        "run_a": str(a.path), "run_b": str(b.path),
+        "rows": [{**dataclasses.asdict(r), "change": r.change} for r in rows],
+        "verdict_changes": [{"kind": c.kind, "code": c.code, "subject": c.subject,
+                             "a": c.a.to_dict() if c.a is not None else None,
+                             "b": c.b.to_dict() if c.b is not None else None} for c in changes],
+        "fail_on_regression_pct": pct,
+        "regressions": regressions(rows, pct),
+        "prediction_changes": prediction_changes(rows),
+    }
+
+
 def _text_table(headers: list[str], rows: list[list[str]], width: int = 80) -> list[str]:
     """First column left-aligned (names), the others right-aligned (numbers). A row too wide for
     `width` is written over several lines (the metric, then A, B and the change), never cut."""
@@ -311,7 +329,6 @@ def _verdict_entries(config: list[VerdictChange], kinds: tuple[tuple[str, str], 
 
 def _prediction_entries(rows: list[Row]) -> list[tuple[str, str]]:
     """Predictions that changed in a way the eye can see: reported, never gated on."""
-    from gcdoctor.report.regression import prediction_changes
     by_label = {(r.group, r.label): r for r in rows}
     preds = [(p, by_label[(p["group"], p["label"])]) for p in prediction_changes(rows)]
     preds = [(p, r) for p, r in preds if r.shown(p["a"]) != r.shown(p["b"])]  # moves the eye can see
@@ -343,7 +360,6 @@ def bottom_line(a: Run, b: Run, rows: list[Row], changes: list[VerdictChange], p
     """What changed that matters, regressions first: measured metrics worse beyond the threshold,
     configuration verdicts that appeared or rose in severity, improvements, verdicts gone, changed
     predictions (reported, never gated on), a different setup, and what else the details hold."""
-    from gcdoctor.report.regression import moved
     from gcdoctor.report.console import wrap
     limit = NOTICE_PCT if pct is None else pct
     ms = moved(rows, limit)

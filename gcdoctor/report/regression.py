@@ -8,7 +8,6 @@ changed prediction is reported (`prediction_changes`) beside it.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 # label prefix -> +1 where higher is worse, -1 where lower is worse
@@ -54,19 +53,3 @@ def prediction_changes(rows: list[Any]) -> list[dict[str, Any]]:
     """Predicted rows whose value differs between A and B: reported, never gated on."""
     return [{"group": r.group, "label": r.label, "a": r.a, "b": r.b} for r in rows
             if getattr(r, "predicted", False) and r.a is not None and r.b is not None and r.a != r.b]
-
-
-def compare_json(a: Any, b: Any, pct: float | None) -> dict[str, Any]:
-    from gcdoctor.report.compare import compare_rows, verdict_changes
-    rows = compare_rows(a, b)
-    changes = verdict_changes(a.verdicts, b.verdicts)
-    return {
-        "run_a": str(a.path), "run_b": str(b.path),
-        "rows": [{**dataclasses.asdict(r), "change": r.change} for r in rows],
-        "verdict_changes": [{"kind": c.kind, "code": c.code, "subject": c.subject,
-                             "a": c.a.to_dict() if c.a is not None else None,
-                             "b": c.b.to_dict() if c.b is not None else None} for c in changes],
-        "fail_on_regression_pct": pct,
-        "regressions": regressions(rows, pct),
-        "prediction_changes": prediction_changes(rows),
-    }

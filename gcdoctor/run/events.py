@@ -6,8 +6,9 @@ directory), so a recorded stream can be replayed into any front end. No torch, n
 from __future__ import annotations
 
 import json
-import threading
 import os
+import re
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -15,6 +16,7 @@ from typing import Any, Callable, Iterable
 import msgspec
 
 from gcdoctor.facts.serde import from_dict, to_dict
+from gcdoctor.facts.sweep import Measurement
 
 
 @dataclass
@@ -199,3 +201,23 @@ class EventBus:
                 self.unsubscribe(fn)
                 if not isinstance(event, LogMessage):
                     self.emit(LogMessage(f"a subscriber failed and was detached: {exc!r}", "warning"))
+
+
+def _short_timed_once(note: str) -> str:
+    """"4.2x gc's step" out of Measurement.timed_once's sentence (the console line's form)."""
+    found = re.search(r" was (\S+x .+?)'s \(", note)
+    return f"{found.group(1)}'s step" if found else "slow"
+
+
+def measurement_row(m: Measurement) -> dict[str, Any]:
+    """The compact row a MeasurementRecorded event carries (TUI table, console)."""
+    gib = 1 / 2**30
+    return {
+        "variant": m.variant, "batch": m.batch_size, "fits": m.fits,
+        "step_ms": None if m.step_ms_median is None else round(m.step_ms_median, 1),
+        "peak_gib": None if m.peak_allocated_bytes is None else round(m.peak_allocated_bytes * gib, 2),
+        "tokens_per_s": None if m.tokens_per_s is None else round(m.tokens_per_s),
+        "mfu_pct": None if m.mfu is None else round(100 * m.mfu, 1),
+        "oom_phase": m.oom_phase,
+        "timed_once": None if m.timed_once is None else _short_timed_once(m.timed_once),
+    }

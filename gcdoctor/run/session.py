@@ -6,7 +6,6 @@ It never decides whether a number is good (rules do) and never prints (front end
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import tempfile
@@ -26,8 +25,8 @@ from gcdoctor.engine import evaluate
 from gcdoctor.types import Verdict
 from gcdoctor.errors import RunInterrupted, UserError
 from gcdoctor.run.events import (EventBus, LogMessage, MeasurementRecorded, PhaseTimed, ProbeFinished, ProbeStarted,
-                             Progress, process_age_s,
-                             RunFinished, RunStarted, StepMeasured, TelemetrySampled, VerdictIssued)
+                                 Progress, RunFinished, RunStarted, StepMeasured, TelemetrySampled, VerdictIssued,
+                                 measurement_row, process_age_s)
 from gcdoctor.facts import Facts, Measurement, ModelInfo, ProfilerOverhead, RunSettings
 from gcdoctor.run.rundir import RunDirectory, default_run_dir
 
@@ -302,26 +301,6 @@ class ProbeContext:
         if self.dist is not None:
             from gcdoctor.trace.comm import comm_metrics
             self.facts.distributed.comm.append(comm_metrics(tables, key, self.dist.rank, self.dist.relative(path)))
-
-
-def _short_timed_once(note: str) -> str:
-    """"4.2x gc's step" out of Measurement.timed_once's sentence (the console line's form)."""
-    found = re.search(r" was (\S+x .+?)'s \(", note)
-    return f"{found.group(1)}'s step" if found else "slow"
-
-
-def measurement_row(m: Measurement) -> dict[str, Any]:
-    """The compact row shown live (TUI table, console)."""
-    gib = 1 / 2**30
-    return {
-        "variant": m.variant, "batch": m.batch_size, "fits": m.fits,
-        "step_ms": None if m.step_ms_median is None else round(m.step_ms_median, 1),
-        "peak_gib": None if m.peak_allocated_bytes is None else round(m.peak_allocated_bytes * gib, 2),
-        "tokens_per_s": None if m.tokens_per_s is None else round(m.tokens_per_s),
-        "mfu_pct": None if m.mfu is None else round(100 * m.mfu, 1),
-        "oom_phase": m.oom_phase,
-        "timed_once": None if m.timed_once is None else _short_timed_once(m.timed_once),
-    }
 
 
 class Session:

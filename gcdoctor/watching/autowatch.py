@@ -311,11 +311,11 @@ def _conclude(out: Path, rc: int, log: Path, against: Any = None, created: bool 
         if against is not None:
             hold_against(out, against)
         print(f"gcdoctor watch: run directory {out} (gcdoctor analyze {out})", file=sys.stderr)
-    from gcdoctor.cli import load_recorded
+    from gcdoctor.recorded import open_recorded
     from gcdoctor.engine import evaluate
     from gcdoctor.report.console import summary
     try:
-        facts = load_recorded(out)
+        facts = open_recorded(out)
     except Exception as exc:  # noqa: BLE001 - the run directory is kept whatever fails here; say so and go on
         print(f"gcdoctor watch: the run directory could not be read back ({exc})", file=sys.stderr)
         return rc
