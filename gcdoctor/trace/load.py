@@ -32,6 +32,7 @@ import sys
 import threading
 import zlib
 from collections import Counter
+from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 from typing import IO, Any, Callable, Optional, Sequence, Union
@@ -492,6 +493,86 @@ def _i64(values: list[Any], default: int) -> np.ndarray:
         return np.array([v if _I64_MIN <= v <= _I64_MAX else default for v in values], dtype=np.int64)
 
 
+@dataclass
+class _Grouped:
+    """A chunk's complete events of the tabled categories, per bucket (_DEV.._GANN), with each
+    category's detail per event; and the counts of the rest."""
+
+    buckets: list[list]
+    kinds: list[list[np.ndarray]]  # detail per event, per bucket
+    skipped: Counter
+    rt_cats: Counter
+    ranges: int = 0  # cuda_profiler_range events
+
+
+def _placed_times(group: list) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(start_ns, dur_ns, tid) of a bucket's events the columnar way, or None when one of them is
+    not for it: no ts, a string or huge tid, nan, negative, too large for nanoseconds in a float."""
+    ts = [e.ts for e in group]
+    if None in ts:
+        return None
+    try:
+        f = np.array(ts, dtype=np.float64)
+        d = np.array([e.dur for e in group], dtype=np.float64)
+        tids = np.array([e.tid for e in group], dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):  # a string or huge id, a Decimal
+        return None
+    if not (bool((np.abs(f) < EXACT_FLOAT_US).all()) and bool((d >= 0).all())
+            and bool((d < EXACT_FLOAT_US).all())):
+        return None
+    return _ns_float(f), _ns_float(d), tids
+
+
+def _args_of(group: list) -> list:
+    args = [e.args for e in group]
+    if None in args:
+        args = [_NO_ARGS if a is None else a for a in args]
+    return args
+
+
+def _pids(group: list) -> np.ndarray | None:
+    try:
+        return np.array([e.pid for e in group], dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _bucket_columns(b: int, group: list,
+                    kinds: list[np.ndarray]) -> tuple[str, dict[str, np.ndarray], list[str]] | None:
+    """(table, columns, names) of one bucket's events, the columnar way; None when an event is
+    not for it (the chunk then goes the general way)."""
+    placed = _placed_times(group)
+    if placed is None:
+        return None
+    start, length, tids = placed
+    names = [e.name for e in group]
+    if b == _RT:
+        args = _args_of(group)
+        return "rt", dict(start_ns=start, dur_ns=length, tid=tids,
+                          correlation=_i64_opt([a.correlation for a in args]),
+                          driver=np.concatenate(kinds) == 1), names
+    if b == _CPU:
+        args = _args_of(group)
+        return "cpu", dict(start_ns=start, dur_ns=length, tid=tids, seq=_i64_opt([a.seq for a in args])), names
+    pids = _pids(group)
+    if pids is None:
+        return None
+    if b != _DEV:
+        return "ann", dict(start_ns=start, dur_ns=length, pid=pids, tid=tids,
+                           on_device=np.full(len(group), b == _GANN, dtype=np.bool_)), names
+    args = _args_of(group)
+    stream = [a.stream for a in args]
+    if None in stream:
+        stream = [e.tid if s is None else s for s, e in zip(stream, group)]
+    try:
+        stream_col = np.array(stream, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return "dev", dict(kind=np.concatenate(kinds), start_ns=start, dur_ns=length, device=pids, stream=stream_col,
+                       correlation=_i64_opt([a.correlation for a in args]),
+                       nbytes=_i64_opt([a.nbytes for a in args])), names
+
+
 class _Builder:
     """Accumulates per-chunk columns; `finish` sorts, joins and returns the tables."""
 
@@ -579,150 +660,107 @@ class _Builder:
             return
         self._add_events(events, exact)
 
+    def _group(self, events: list, place: bool) -> _Grouped:
+        """A chunk's complete events in buckets; with `place`, only those _placeable keeps."""
+        by_cat = _complete_events_by_category(events)
+        g = _Grouped([[], [], [], [], []], [[], [], [], [], []], Counter(), Counter())
+        for c, lst in by_cat.items():
+            k = self.cats.get(c)
+            if k is None:
+                k = self.cats[c] = _classify(c)
+            if k[0] == _PROFILER_RANGE:
+                g.ranges += len(lst)
+            if k[0] < 0:
+                g.skipped[c] += len(lst)
+                continue
+            if place:
+                lst = self._placeable(lst)
+                if not lst:
+                    continue
+            g.buckets[k[0]].extend(lst)
+            g.kinds[k[0]].append(np.full(len(lst), k[1], dtype=np.int8))
+            if k[0] == _RT:
+                g.rt_cats[c] += len(lst)
+        return g
+
     def _add_columns(self, events: list) -> bool:
         """The common case in one pass per field: every event of a tabled category placeable, float
         timestamps below 2^43 us, integer ids. Tables nothing and returns False otherwise (the
         general path, _add_events, then gives the same tables)."""
-        by_cat = _complete_events_by_category(events)
-        buckets: list[list] = [[], [], [], [], []]
-        kinds: list[list[np.ndarray]] = [[], [], [], [], []]
-        skipped: Counter = Counter()
-        rt_cats: Counter = Counter()
-        ranges = 0
-        for c, lst in by_cat.items():
-            k = self.cats.get(c)
-            if k is None:
-                k = self.cats[c] = _classify(c)
-            if k[0] == _PROFILER_RANGE:
-                ranges += len(lst)
-            if k[0] < 0:
-                skipped[c] += len(lst)
-                continue
-            buckets[k[0]].extend(lst)
-            kinds[k[0]].append(np.full(len(lst), k[1], dtype=np.int8))
-            if k[0] == _RT:
-                rt_cats[c] += len(lst)
-        staged: list[tuple[str, dict[str, np.ndarray]]] = []
-        for b, group in enumerate(buckets):
+        g = self._group(events, place=False)
+        staged: list[tuple[str, dict[str, np.ndarray], list[str]]] = []
+        for b, group in enumerate(g.buckets):
             if not group:
                 continue
-            ts = [e.ts for e in group]
-            dur = [e.dur for e in group]
-            pid = [e.pid for e in group] if b != _RT and b != _CPU else None
-            tid = [e.tid for e in group]
-            name = [e.name for e in group]
-            args = [e.args for e in group]
-            if None in ts:
+            tabled = _bucket_columns(b, group, g.kinds[b])
+            if tabled is None:
                 return False
-            try:
-                f = np.array(ts, dtype=np.float64)
-                d = np.array(dur, dtype=np.float64)
-                pids = np.array(pid, dtype=np.int64) if pid is not None else None
-                tids = np.array(tid, dtype=np.int64)
-            except (TypeError, ValueError, OverflowError):  # a string or huge id, a Decimal
-                return False
-            if not (bool((np.abs(f) < EXACT_FLOAT_US).all()) and bool((d >= 0).all())
-                    and bool((d < EXACT_FLOAT_US).all())):
-                return False  # nan, negative, too large for nanoseconds in a float: the general path
-            if b != _ANN and b != _GANN and None in args:
-                args = [_NO_ARGS if a is None else a for a in args]
-            start, length = _ns_float(f), _ns_float(d)
-            if b == _DEV:
-                corr = [a.correlation for a in args]
-                stream = [a.stream for a in args]
-                nbytes = [a.nbytes for a in args]
-                if None in stream:
-                    stream = [t if s is None else s for s, t in zip(stream, tid)]
-                try:
-                    stream_col = np.array(stream, dtype=np.int64)
-                except (TypeError, ValueError, OverflowError):
-                    return False
-                staged.append(("dev", dict(
-                    kind=np.concatenate(kinds[_DEV]), start_ns=start, dur_ns=length, device=pids,
-                    stream=stream_col, correlation=_i64_opt(corr), nbytes=_i64_opt(nbytes), name_id=name)))
-            elif b == _RT:
-                corr = [a.correlation for a in args]
-                staged.append(("rt", dict(
-                    start_ns=start, dur_ns=length, tid=tids, correlation=_i64_opt(corr), name_id=name,
-                    driver=np.concatenate(kinds[_RT]) == 1)))
-            elif b == _CPU:
-                seq = [a.seq for a in args]
-                staged.append(("cpu", dict(start_ns=start, dur_ns=length, tid=tids, name_id=name,
-                                           seq=_i64_opt(seq))))
-            else:
-                staged.append(("ann", dict(start_ns=start, dur_ns=length, pid=pids, tid=tids, name_id=name,
-                                           on_device=np.full(len(group), b == _GANN, dtype=np.bool_))))
-        for table, cols in staged:
-            cols["name_id"] = self._intern(cols["name_id"])
+            staged.append(tabled)
+        for table, cols, names in staged:
+            cols["name_id"] = self._intern(names)
             self._put(table, **cols)
-        self.profiler_ranges += ranges
-        self.event_count += len(events)
-        self.skipped.update(skipped)
-        self.runtime_cats.update(rt_cats)
+        self.profiler_ranges += g.ranges
+        self._count(events, g)
         return True
 
+    def _count(self, events: list, g: _Grouped) -> None:
+        self.event_count += len(events)
+        self.skipped.update(g.skipped)
+        self.runtime_cats.update(g.rt_cats)
+
     def _add_events(self, events: list, exact: bool) -> None:
-        by_cat = _complete_events_by_category(events)
-        buckets: list[list] = [[], [], [], [], []]
-        kinds: list[list[np.ndarray]] = [[], [], [], [], []]  # detail per event, per bucket
-        skipped: Counter = Counter()
-        rt_cats: Counter = Counter()
-        for c, lst in by_cat.items():
-            k = self.cats.get(c)
-            if k is None:
-                k = self.cats[c] = _classify(c)
-            if k[0] == _PROFILER_RANGE:
-                self.profiler_ranges += len(lst)
-            if k[0] < 0:
-                skipped[c] += len(lst)
-                continue
-            lst = self._placeable(lst)
-            if not lst:
-                continue
-            buckets[k[0]].extend(lst)
-            kinds[k[0]].append(np.full(len(lst), k[1], dtype=np.int8))
-            if k[0] == _RT:
-                rt_cats[c] += len(lst)
-        dev, rt, cpu, ann, gann = buckets
+        g = self._group(events, place=True)
+        self.profiler_ranges += g.ranges
+        dev, rt, cpu, ann, gann = g.buckets
         staged: list[tuple[str, dict[str, np.ndarray]]] = []
         if dev:
-            args = [e.args for e in dev]
-            staged.append(("dev", dict(
-                kind=np.concatenate(kinds[_DEV]),
-                start_ns=_ns([e.ts for e in dev], exact), dur_ns=_ns([e.dur for e in dev], exact),
-                device=self._ints([e.pid for e in dev]),
-                stream=self._ints([a.stream if a is not None and a.stream is not None else e.tid
-                                   for a, e in zip(args, dev)]),
-                correlation=_i64([a.correlation if a is not None and a.correlation is not None else -1
-                                  for a in args], -1),
-                nbytes=_i64([a.nbytes if a is not None and a.nbytes is not None else -1 for a in args], -1),
-                name_id=self._intern([e.name for e in dev]))))
+            staged.append(("dev", self._dev_events(dev, g.kinds[_DEV], exact)))
         if rt:
-            staged.append(("rt", dict(
-                start_ns=_ns([e.ts for e in rt], exact), dur_ns=_ns([e.dur for e in rt], exact),
-                tid=self._ints([e.tid for e in rt]),
-                correlation=_i64([e.args.correlation if e.args is not None and e.args.correlation is not None
-                                  else -1 for e in rt], -1),
-                name_id=self._intern([e.name for e in rt]),
-                driver=np.concatenate(kinds[_RT]) == 1)))
+            staged.append(("rt", self._rt_events(rt, g.kinds[_RT], exact)))
         if cpu:
-            staged.append(("cpu", dict(
-                start_ns=_ns([e.ts for e in cpu], exact), dur_ns=_ns([e.dur for e in cpu], exact),
-                tid=self._ints([e.tid for e in cpu]), name_id=self._intern([e.name for e in cpu]),
-                seq=np.array([e.args.seq if e.args is not None and e.args.seq is not None else -1
-                              for e in cpu], dtype=np.int64))))
+            staged.append(("cpu", self._cpu_events(cpu, exact)))
         for group, on_dev in ((ann, False), (gann, True)):
             if group:
-                staged.append(("ann", dict(
-                    start_ns=_ns([e.ts for e in group], exact), dur_ns=_ns([e.dur for e in group], exact),
-                    pid=self._ints([e.pid for e in group]), tid=self._ints([e.tid for e in group]),
-                    name_id=self._intern([e.name for e in group]),
-                    on_device=np.full(len(group), on_dev, dtype=np.bool_))))
+                staged.append(("ann", self._ann_events(group, on_dev, exact)))
         for table, cols in staged:
             self._put(table, **cols)
-        self.event_count += len(events)
-        self.skipped.update(skipped)
-        self.runtime_cats.update(rt_cats)
+        self._count(events, g)
+
+    def _dev_events(self, dev: list, kinds: list[np.ndarray], exact: bool) -> dict[str, np.ndarray]:
+        args = [e.args for e in dev]
+        return dict(
+            kind=np.concatenate(kinds),
+            start_ns=_ns([e.ts for e in dev], exact), dur_ns=_ns([e.dur for e in dev], exact),
+            device=self._ints([e.pid for e in dev]),
+            stream=self._ints([a.stream if a is not None and a.stream is not None else e.tid
+                               for a, e in zip(args, dev)]),
+            correlation=_i64([a.correlation if a is not None and a.correlation is not None else -1
+                              for a in args], -1),
+            nbytes=_i64([a.nbytes if a is not None and a.nbytes is not None else -1 for a in args], -1),
+            name_id=self._intern([e.name for e in dev]))
+
+    def _rt_events(self, rt: list, kinds: list[np.ndarray], exact: bool) -> dict[str, np.ndarray]:
+        return dict(
+            start_ns=_ns([e.ts for e in rt], exact), dur_ns=_ns([e.dur for e in rt], exact),
+            tid=self._ints([e.tid for e in rt]),
+            correlation=_i64([e.args.correlation if e.args is not None and e.args.correlation is not None
+                              else -1 for e in rt], -1),
+            name_id=self._intern([e.name for e in rt]),
+            driver=np.concatenate(kinds) == 1)
+
+    def _cpu_events(self, cpu: list, exact: bool) -> dict[str, np.ndarray]:
+        return dict(
+            start_ns=_ns([e.ts for e in cpu], exact), dur_ns=_ns([e.dur for e in cpu], exact),
+            tid=self._ints([e.tid for e in cpu]), name_id=self._intern([e.name for e in cpu]),
+            seq=np.array([e.args.seq if e.args is not None and e.args.seq is not None else -1
+                          for e in cpu], dtype=np.int64))
+
+    def _ann_events(self, group: list, on_dev: bool, exact: bool) -> dict[str, np.ndarray]:
+        return dict(
+            start_ns=_ns([e.ts for e in group], exact), dur_ns=_ns([e.dur for e in group], exact),
+            pid=self._ints([e.pid for e in group]), tid=self._ints([e.tid for e in group]),
+            name_id=self._intern([e.name for e in group]),
+            on_device=np.full(len(group), on_dev, dtype=np.bool_))
 
     def part(self) -> tuple:
         """What a helper process hands back for one chunk (see merge)."""
