@@ -48,7 +48,7 @@ from gcdoctor.trace.tables import (
 try:  # optional fast decoder; the stdlib path gives identical tables
     import msgspec
 except ImportError:  # pragma: no cover - exercised by forcing decoder="json" in the tests
-    msgspec = None
+    msgspec = None  # type: ignore[assignment]  # the name stays bound: `msgspec is None` means not installed
 
 BLOCK_BYTES = 1 << 20  # read size; a chunk is about one block (8 MB: same speed, 20 MB more memory)
 HEAD_LIMIT_BYTES = 64 << 20  # traceEvents must start within this many bytes
@@ -359,7 +359,7 @@ class _Reader:
             self.raw.close()
             raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
         self.gzip = magic == b"\x1f\x8b"
-        self.fh: IO[bytes] = gzip.GzipFile(fileobj=self.raw, mode="rb") if self.gzip else self.raw
+        self.fh: IO[bytes] | gzip.GzipFile = gzip.GzipFile(fileobj=self.raw, mode="rb") if self.gzip else self.raw
         self.eof = False
 
     def read(self, n: int) -> bytes:
@@ -1132,7 +1132,21 @@ def _return_freed_heap() -> None:
 
 def _load(path: Path, reader: _Reader, fast: Callable, exact: Callable, block: int,
           helper: "_Helper | None" = None) -> TraceTables:
-    # head: everything up to the traceEvents array is metadata
+    metadata, buf, base = _read_head(path, reader, block)
+    events = _EventsReader(path, reader, fast, exact, block, helper, buf, base)
+    del buf
+    tail, tail_offset = events.run()
+    metadata.update(_parse_tail(path, tail, tail_offset))
+    tables = events.builder.finish(path, metadata)
+    if not (len(tables.ops) or len(tables.runtime) or len(tables.cpu_ops) or len(tables.ranges)):
+        raise UserError(f"{path}: not a torch.profiler trace (traceEvents has no cpu_op, kernel, runtime "
+                        f"or annotation events)")
+    return tables
+
+
+def _read_head(path: Path, reader: _Reader, block: int) -> tuple[dict[str, Any], bytes, int]:
+    """(metadata before traceEvents, the bytes read after its `[`, their offset in the stream):
+    everything up to the traceEvents array is metadata."""
     head = reader.read(block)
     first = head.lstrip(_WS + b"\xef\xbb\xbf")[:8]
     if not first:
@@ -1146,91 +1160,121 @@ def _load(path: Path, reader: _Reader, fast: Callable, exact: Callable, block: i
         m = _TRACE_EVENTS.search(head)
     if m is None:
         raise UserError(f"{path}: not a torch.profiler trace (no traceEvents array)")
-    metadata = _parse_head(path, head[:m.start()])
-    buf = head[m.end():]
-    base = m.end()  # offset of buf[0] in the decompressed stream
-    del head
+    return _parse_head(path, head[:m.start()]), head[m.end():], m.end()
 
-    builder = _Builder()
-    tail: bytes | None = None
-    need_more = False
-    # a chunk handed to the helper process: (buf before it was cut off, its base, blocks read since);
-    # should the helper not table it, reading goes back to that chunk and this process decodes it
-    pending: tuple[bytes, int, list[bytes]] | None = None
-    local_next = False
-    while tail is None:
-        if not reader.eof and (need_more or len(buf) < block):
-            more = reader.read(block)
-            buf += more
-            need_more = False
-            if pending is not None:
-                pending[2].append(more)
-        final = reader.eof
-        cut = None if final else _last_boundary(buf, 0)
-        if not final and cut is None:
-            need_more = True
-            continue
-        text = b"[" + buf if final else b"[" + buf[:cut[0]] + b"]"
-        if helper is not None and helper.alive and pending is None and not final and not local_next:
-            helper.send(text)
-            pending = (buf, base, [])
-            buf = buf[cut[1]:]
-            base += cut[1]
-            continue
-        local_next = False
-        err: _Signal | None = None
-        try:
-            events = fast(text)
-        except _Signal as exc:
-            events, err = None, exc
-        if pending is not None:  # the chunk before this one, at the helper: it comes first
-            part = helper.result() if helper is not None else None
-            if part is None:
-                buf, base = pending[0] + b"".join(pending[2]), pending[1]
-                pending, events, err, need_more, local_next = None, None, None, False, True
+
+class _EventsReader:
+    """The traceEvents array, chunk by chunk into `builder`: each chunk is cut at the last event
+    boundary read (`cut`: (end of an event, start of the next); None for the final chunk, at the
+    end of the file), decoded here or handed to the helper process."""
+
+    def __init__(self, path: Path, reader: _Reader, fast: Callable, exact: Callable, block: int,
+                 helper: "_Helper | None", buf: bytes, base: int):
+        self.path, self.reader, self.fast, self.exact, self.block, self.helper = path, reader, fast, exact, block, helper
+        self.builder = _Builder()
+        self.buf = buf
+        self.base = base  # offset of buf[0] in the decompressed stream
+        self.need_more = False
+        # a chunk handed to the helper process: (buf before it was cut off, its base, blocks read since);
+        # should the helper not table it, reading goes back to that chunk and this process decodes it
+        self.pending: tuple[bytes, int, list[bytes]] | None = None
+        self.local_next = False
+
+    def run(self) -> tuple[bytes, int]:
+        """(what follows the array, its offset in the stream): every chunk tabled."""
+        while True:
+            self._fill()
+            cut = None if self.reader.eof else _last_boundary(self.buf, 0)
+            if cut is None and not self.reader.eof:
+                self.need_more = True
                 continue
-            pending = None
-            builder.merge(part)
-            del part
-        try:
-            if err is not None:
-                raise err
-        except _Trailing as t:  # the array ends inside this text: what follows is metadata
-            err = None
+            text = b"[" + self.buf if cut is None else b"[" + self.buf[:cut[0]] + b"]"
+            if cut is not None and self._hand_over(text, cut):
+                continue
+            self.local_next = False
+            err: _Signal | None = None
             try:
-                events = fast(text[:t.end])
-            except (_Trailing, _AtEnd, _Malformed):
-                raise UserError(f"{path}: malformed JSON in traceEvents at byte {base + t.end - 1}") from None
-            _add(builder, events, text[:t.end], exact)
-            rest = text[t.end:] if final else text[t.end:-1] + buf[cut[0]:]
-            tail_offset = base + t.end - 1
-            tail = rest + reader.read(TAIL_LIMIT_BYTES)
-            if not reader.eof:
-                raise UserError(f"{path}: malformed JSON after traceEvents (over 64 MB of trailing data)")
-            break
-        except _Deep:
-            raise UserError(f"{path}: {_deep_event(text, builder.event_count)}") from None
-        except _AtEnd:
-            err = None
-            if final:
-                raise UserError(f"{path}: truncated trace (the traceEvents array is not closed)") from None
-            need_more = True  # the cut fell inside a value: take a later boundary
-            continue
-        except _Malformed as exc:
-            at = f" at byte {base + exc.pos - 1}" if exc.pos is not None else ""
-            raise UserError(f"{path}: malformed JSON in traceEvents{at} ({exc.msg})") from None
-        if final:  # decoded to the very end without the closing of the top-level object
-            raise UserError(f"{path}: truncated trace (the top-level object is not closed)")
-        _add(builder, events, text, exact)
-        buf = buf[cut[1]:]
-        base += cut[1]
+                events = self.fast(text)
+            except _Signal as exc:
+                events, err = None, exc
+            if not self._merge_pending():
+                continue
+            if err is not None:
+                end = self._signalled(err, text, cut)
+                if end is not None:
+                    return end
+                continue
+            if cut is None:  # decoded to the very end without the closing of the top-level object
+                raise UserError(f"{self.path}: truncated trace (the top-level object is not closed)")
+            _add(self.builder, events, text, self.exact)
+            self._advance(cut)
 
-    metadata.update(_parse_tail(path, tail, tail_offset))
-    tables = builder.finish(path, metadata)
-    if not (len(tables.ops) or len(tables.runtime) or len(tables.cpu_ops) or len(tables.ranges)):
-        raise UserError(f"{path}: not a torch.profiler trace (traceEvents has no cpu_op, kernel, runtime "
-                        f"or annotation events)")
-    return tables
+    def _fill(self) -> None:
+        if not self.reader.eof and (self.need_more or len(self.buf) < self.block):
+            more = self.reader.read(self.block)
+            self.buf += more
+            self.need_more = False
+            if self.pending is not None:
+                self.pending[2].append(more)
+
+    def _advance(self, cut: tuple[int, int]) -> None:
+        self.buf = self.buf[cut[1]:]
+        self.base += cut[1]
+
+    def _hand_over(self, text: bytes, cut: tuple[int, int]) -> bool:
+        """Send the chunk to the helper process when it is free (and the chunk is not one it gave back)."""
+        helper = self.helper
+        if helper is None or not helper.alive or self.pending is not None or self.local_next:
+            return False
+        helper.send(text)
+        self.pending = (self.buf, self.base, [])
+        self._advance(cut)
+        return True
+
+    def _merge_pending(self) -> bool:
+        """The chunk before this one, at the helper, comes first: merge it. False when the helper
+        did not table it: reading then goes back to it, to decode it here."""
+        pending = self.pending
+        if pending is None:
+            return True
+        part = self.helper.result() if self.helper is not None else None
+        self.pending = None
+        if part is None:
+            self.buf, self.base = pending[0] + b"".join(pending[2]), pending[1]
+            self.need_more, self.local_next = False, True
+            return False
+        self.builder.merge(part)
+        return True
+
+    def _signalled(self, err: _Signal, text: bytes, cut: tuple[int, int] | None) -> tuple[bytes, int] | None:
+        """A decoder's finding about the chunk: the end of the array (what follows it, and its
+        offset), a cut inside a value (None: take a later boundary), or a one-line UserError."""
+        path = self.path
+        if isinstance(err, _Trailing):  # the array ends inside this text: what follows is metadata
+            return self._end_of_array(text, err.end, cut)
+        if isinstance(err, _Deep):
+            raise UserError(f"{path}: {_deep_event(text, self.builder.event_count)}") from None
+        if isinstance(err, _AtEnd):
+            if cut is None:
+                raise UserError(f"{path}: truncated trace (the traceEvents array is not closed)") from None
+            self.need_more = True  # the cut fell inside a value: take a later boundary
+            return None
+        if isinstance(err, _Malformed):
+            at = f" at byte {self.base + err.pos - 1}" if err.pos is not None else ""
+            raise UserError(f"{path}: malformed JSON in traceEvents{at} ({err.msg})") from None
+        raise err
+
+    def _end_of_array(self, text: bytes, end: int, cut: tuple[int, int] | None) -> tuple[bytes, int]:
+        try:
+            events = self.fast(text[:end])
+        except (_Trailing, _AtEnd, _Malformed):
+            raise UserError(f"{self.path}: malformed JSON in traceEvents at byte {self.base + end - 1}") from None
+        _add(self.builder, events, text[:end], self.exact)
+        rest = text[end:] if cut is None else text[end:-1] + self.buf[cut[0]:]
+        tail = rest + self.reader.read(TAIL_LIMIT_BYTES)
+        if not self.reader.eof:
+            raise UserError(f"{self.path}: malformed JSON after traceEvents (over 64 MB of trailing data)")
+        return tail, self.base + end - 1
 
 
 def _add(builder: _Builder, events: list, text: bytes, exact: Callable) -> None:
