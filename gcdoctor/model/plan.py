@@ -177,11 +177,7 @@ def run_plan(model: Any = None, device_memory: str | int | None = None, seq_len:
     device_arg = device
     device, preset = _device(device)
     on_cpu = device == "cpu"
-    model = model or ("tiny-llama" if on_cpu else "llama3-8b")
-    if seq_len is None:
-        seq_len = 128 if on_cpu else DEFAULT_SEQ_LEN
-    dtype = dtype or ("fp32" if on_cpu else DEFAULT_DTYPE)
-    optimizer = optimizer or DEFAULT_OPTIMIZER
+    model, seq_len, dtype, optimizer = _defaults(on_cpu, model, seq_len, dtype, optimizer)
     _check_args(device_memory, preset, seq_len, shard, batch_sizes, launch_us, layers, dtype, optimizer)
     modes = _modes(gc_modes)
     capacity = parse_memory(device_memory) if device_memory is not None else preset.capacity_bytes
@@ -220,6 +216,16 @@ def run_plan(model: Any = None, device_memory: str | int | None = None, seq_len:
         from gcdoctor.model import sharding
         text += "\n" + "\n".join(sharding.render_plan(data["sharded"], modes, _LABEL))
     return text + "".join("\n" + line for line in step_lines), data
+
+
+def _defaults(on_cpu: bool, model: Any, seq_len: Any, dtype: str | None,
+              optimizer: str | None) -> tuple[Any, Any, str, str]:
+    """diagnose's defaults for what is not given: on a device llama3-8b, bf16, seq 4096; on the CPU
+    tiny-llama, fp32, seq 128; AdamW."""
+    model = model or ("tiny-llama" if on_cpu else "llama3-8b")
+    if seq_len is None:
+        seq_len = 128 if on_cpu else DEFAULT_SEQ_LEN
+    return model, seq_len, dtype or ("fp32" if on_cpu else DEFAULT_DTYPE), optimizer or DEFAULT_OPTIMIZER
 
 
 def _check_args(device_memory: Any, preset: Any, seq_len: Any, shard: Any, batch_sizes: Any, launch_us: Any,
