@@ -103,66 +103,101 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         """The one place a run's settings are checked: ranges, types, known names."""
-        for f in ("model", "device", "dtype", "out", "command", "optimizer"):
-            v = getattr(self, f)
-            if v is not None and not isinstance(v, str):
-                raise UserError(f"{_name(f)} {v!r}: expected a string")
-        if self.model is not None and not self.model.strip():
-            raise UserError("--model '': name an embedded model (`gcdoctor models`) or a config.json")
-        if self.device is not None and not DEVICE_RE.fullmatch(self.device.lower()):
-            raise UserError(f"--device {self.device!r}: expected cpu, cuda, cuda:N, musa or musa:N (or auto)")
-        if self.dtype is not None and self.dtype not in ("bf16", "fp16", "fp32"):
-            raise UserError(f"--dtype {self.dtype!r}: use bf16, fp16 or fp32")
-        if self.optimizer not in ("adamw", "sgd"):
-            raise UserError(f"--optimizer {self.optimizer!r}: use adamw or sgd")
-        _int_in(self, "layers", 1, MAX_LAYERS)
-        _int_in(self, "seq_len", 2, MAX_SEQ_LEN)
-        _int_in(self, "max_batch", 1, MAX_BATCH, optional=False)
-        _int_in(self, "target_batch", 1, MAX_BATCH)
-        _int_in(self, "global_batch", 1, MAX_BATCH)
-        if self.target_batch is not None and self.global_batch is not None:
-            raise UserError("--target-batch and --global-batch: give one (the per-device batch, or the global "
-                            "batch that gradient accumulation may reach)")
-        _int_in(self, "warmup_steps", 0, MAX_STEPS, optional=False)
-        _int_in(self, "measure_steps", 1, MAX_STEPS, optional=False)
-        _int_in(self, "probe_layers", 1, MAX_LAYERS)
-        _int_in(self, "probe_batch", 1, MAX_BATCH, optional=False)
-        _int_in(self, "seed", 0, MAX_SEED, optional=False)
-        _int_in(self, "memory_limit_bytes", 1, MAX_BYTES)
-        if self.batch_sizes is not None:
-            if not isinstance(self.batch_sizes, list) or not self.batch_sizes or not all(
-                    isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= MAX_BATCH for b in self.batch_sizes):
-                raise UserError(f"--batch-sizes {self.batch_sizes!r}: expected positive integers up to {MAX_BATCH:,}")
-        if self.probes is not None:
-            if not isinstance(self.probes, list) or not all(isinstance(p, str) for p in self.probes):
-                raise UserError(f"--probes {self.probes!r}: expected probe names")
-            if not self.probes:
-                raise UserError(f"--probes: no probe named (available: {', '.join(PROBE_NAMES)})")
-        _int_in(self, "nproc", 1, 4096)
-        if self.shard not in ("fsdp2", "zero3"):
-            raise UserError(f"--shard {self.shard!r}: use fsdp2 or zero3")
-        if self.checkpoint_impl not in ("transformers", "checkpoint_wrapper"):
-            raise UserError(f"--checkpoint-impl {self.checkpoint_impl!r}: use transformers or checkpoint_wrapper")
-        e = self.emulate_launch_us
-        if e is not None and (isinstance(e, bool) or not isinstance(e, (int, float)) or not math.isfinite(e)
-                              or not 0 <= e <= 100_000):
-            raise UserError(f"--emulate-launch-us {e:g}: use 0 to 100000 microseconds" if isinstance(e, (int, float))
-                            and not isinstance(e, bool) else f"--emulate-launch-us {e!r}: expected a number")
-        hz = self.telemetry_hz
-        if isinstance(hz, bool) or not isinstance(hz, (int, float)) or not math.isfinite(hz) \
-                or not MIN_TELEMETRY_HZ <= hz <= MAX_TELEMETRY_HZ:
-            raise UserError(f"--telemetry-hz {hz!r}: use a rate from {MIN_TELEMETRY_HZ:g} to {MAX_TELEMETRY_HZ:g} Hz")
-        for f in ("profile",):
-            if not isinstance(getattr(self, f), bool):
-                raise UserError(f"{f} {getattr(self, f)!r}: expected true or false")
-        if self.tui is not None and not isinstance(self.tui, bool):
-            raise UserError(f"tui {self.tui!r}: expected true or false")
+        _check_names(self)
+        _check_counts(self)
+        _check_lists(self)
+        _check_sharding(self)
+        _check_rates(self)
+        _check_flags(self)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def replace(self, **changes: Any) -> "RunConfig":
         return dataclasses.replace(self, **changes)
+
+
+def _one_of(value: Any, flag: str, allowed: tuple[str, ...], said: str) -> None:
+    if value not in allowed:
+        raise UserError(f"{flag} {value!r}: use {said}")
+
+
+def _check_names(cfg: RunConfig) -> None:
+    for f in ("model", "device", "dtype", "out", "command", "optimizer"):
+        v = getattr(cfg, f)
+        if v is not None and not isinstance(v, str):
+            raise UserError(f"{_name(f)} {v!r}: expected a string")
+    if cfg.model is not None and not cfg.model.strip():
+        raise UserError("--model '': name an embedded model (`gcdoctor models`) or a config.json")
+    if cfg.device is not None and not DEVICE_RE.fullmatch(cfg.device.lower()):
+        raise UserError(f"--device {cfg.device!r}: expected cpu, cuda, cuda:N, musa or musa:N (or auto)")
+    if cfg.dtype is not None:
+        _one_of(cfg.dtype, "--dtype", ("bf16", "fp16", "fp32"), "bf16, fp16 or fp32")
+    _one_of(cfg.optimizer, "--optimizer", ("adamw", "sgd"), "adamw or sgd")
+
+
+def _check_counts(cfg: RunConfig) -> None:
+    _int_in(cfg, "layers", 1, MAX_LAYERS)
+    _int_in(cfg, "seq_len", 2, MAX_SEQ_LEN)
+    _int_in(cfg, "max_batch", 1, MAX_BATCH, optional=False)
+    _int_in(cfg, "target_batch", 1, MAX_BATCH)
+    _int_in(cfg, "global_batch", 1, MAX_BATCH)
+    if cfg.target_batch is not None and cfg.global_batch is not None:
+        raise UserError("--target-batch and --global-batch: give one (the per-device batch, or the global "
+                        "batch that gradient accumulation may reach)")
+    _int_in(cfg, "warmup_steps", 0, MAX_STEPS, optional=False)
+    _int_in(cfg, "measure_steps", 1, MAX_STEPS, optional=False)
+    _int_in(cfg, "probe_layers", 1, MAX_LAYERS)
+    _int_in(cfg, "probe_batch", 1, MAX_BATCH, optional=False)
+    _int_in(cfg, "seed", 0, MAX_SEED, optional=False)
+    _int_in(cfg, "memory_limit_bytes", 1, MAX_BYTES)
+
+
+def _is_batch(b: Any) -> bool:
+    return isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= MAX_BATCH
+
+
+def _check_lists(cfg: RunConfig) -> None:
+    sizes = cfg.batch_sizes
+    if sizes is not None and (not isinstance(sizes, list) or not sizes or not all(_is_batch(b) for b in sizes)):
+        raise UserError(f"--batch-sizes {sizes!r}: expected positive integers up to {MAX_BATCH:,}")
+    probes = cfg.probes
+    if probes is None:
+        return
+    if not isinstance(probes, list) or not all(isinstance(p, str) for p in probes):
+        raise UserError(f"--probes {probes!r}: expected probe names")
+    if not probes:
+        raise UserError(f"--probes: no probe named (available: {', '.join(PROBE_NAMES)})")
+
+
+def _check_sharding(cfg: RunConfig) -> None:
+    _int_in(cfg, "nproc", 1, 4096)
+    _one_of(cfg.shard, "--shard", ("fsdp2", "zero3"), "fsdp2 or zero3")
+    _one_of(cfg.checkpoint_impl, "--checkpoint-impl", ("transformers", "checkpoint_wrapper"),
+            "transformers or checkpoint_wrapper")
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _check_rates(cfg: RunConfig) -> None:
+    e = cfg.emulate_launch_us
+    if e is not None:
+        if not _is_number(e):
+            raise UserError(f"--emulate-launch-us {e!r}: expected a number")
+        if not math.isfinite(e) or not 0 <= e <= 100_000:
+            raise UserError(f"--emulate-launch-us {e:g}: use 0 to 100000 microseconds")
+    hz = cfg.telemetry_hz
+    if not _is_number(hz) or not math.isfinite(hz) or not MIN_TELEMETRY_HZ <= hz <= MAX_TELEMETRY_HZ:
+        raise UserError(f"--telemetry-hz {hz!r}: use a rate from {MIN_TELEMETRY_HZ:g} to {MAX_TELEMETRY_HZ:g} Hz")
+
+
+def _check_flags(cfg: RunConfig) -> None:
+    if not isinstance(cfg.profile, bool):
+        raise UserError(f"profile {cfg.profile!r}: expected true or false")
+    if cfg.tui is not None and not isinstance(cfg.tui, bool):
+        raise UserError(f"tui {cfg.tui!r}: expected true or false")
 
 
 _UNITS = {

@@ -1,14 +1,21 @@
 """Device backends: choose one by availability or by --device."""
 from __future__ import annotations
 
+from typing import Any
+
 from gcdoctor.errors import UserError
+
+
+def torch_musa_module() -> Any:
+    """`torch.musa`, which `import torch_musa` sets (PyTorch's own type stubs do not have it)."""
+    import torch
+    return getattr(torch, "musa")  # noqa: B009 - an attribute torch_musa adds at run time
 
 
 def musa_available() -> bool:
     try:
         import torch_musa  # noqa: F401
-        import torch
-        return bool(torch.musa.is_available())
+        return bool(torch_musa_module().is_available())
     except Exception:  # noqa: BLE001 - not installed or broken install: not available
         return False
 

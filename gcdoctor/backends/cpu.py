@@ -46,11 +46,15 @@ class StorageCounter:
             return 0
         if n == 0:
             return 0
+
+        def freed(_ref: Any) -> None:  # the storage was collected
+            self._free(key)
+
         with self._lock:
             self.live[key] = n
             self.allocated += n
             self.peak = max(self.peak, self.allocated)
-            self.refs[key] = weakref.ref(st, lambda _r, key=key: self._free(key))
+            self.refs[key] = weakref.ref(st, freed)
         return n
 
     def resized(self, t: torch.Tensor) -> None:

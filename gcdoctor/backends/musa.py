@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from gcdoctor.backends import torch_musa_module
 from gcdoctor.backends.accelerator import AcceleratorBackend
 from gcdoctor.facts import Environment
 
@@ -25,7 +26,7 @@ class MusaBackend(AcceleratorBackend):
 
     def __init__(self, index: int = 0) -> None:
         import torch_musa  # noqa: F401 - registers torch.musa
-        super().__init__(torch.musa, index)
+        super().__init__(torch_musa_module(), index)
 
     def reset_peak(self) -> None:
         # reset_peak_memory_stats is in torch_musa's memory module since it mirrors torch.cuda's;
@@ -39,7 +40,7 @@ class MusaBackend(AcceleratorBackend):
 
     def describe(self) -> Environment:
         env = super().describe()
-        env.device_count = torch.musa.device_count()
+        env.device_count = torch_musa_module().device_count()
         try:
             import torch_musa
             env.torch_musa = getattr(torch_musa, "__version__", None)

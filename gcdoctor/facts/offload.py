@@ -296,7 +296,9 @@ def link_efficiency(of: OffloadFacts, peak_gbs: float | None) -> float | None:
 def predict_on_link(v: OffloadVariant, h2d_gbs: float | None, d2h_gbs: float | None, link: str,
                     peak_gbs: float | None, reference_step_ms: float | None) -> LinkWhatIf | None:
     """`v`'s step with its copies at these bandwidths (GB/s); None without copy measurements."""
-    if not v.ran or v.copy_ms is None or v.exposed_copy_ms is None or v.h2d_bytes is None or v.d2h_bytes is None:
+    step_ms = v.step_ms  # set whenever v.ran
+    if not v.ran or step_ms is None or v.copy_ms is None or v.exposed_copy_ms is None or v.h2d_bytes is None \
+            or v.d2h_bytes is None:
         return None
     copy = 0.0
     for nbytes, rate in ((v.h2d_bytes, h2d_gbs), (v.d2h_bytes, d2h_gbs)):
@@ -307,7 +309,7 @@ def predict_on_link(v: OffloadVariant, h2d_gbs: float | None, d2h_gbs: float | N
     overlapped = max(v.copy_ms - v.exposed_copy_ms, 0.0)
     share = overlapped / v.copy_ms if v.copy_ms > 0 else 0.0
     exposed = max(copy - overlapped, 0.0)
-    step = v.step_ms + (exposed - v.exposed_copy_ms)
+    step = step_ms + (exposed - v.exposed_copy_ms)
     host_wait = (v.host_wait_share or 0.0) * (v.device_window_ms or 0.0)
     return LinkWhatIf(
         link=link, peak_gbs=peak_gbs, h2d_gbs=h2d_gbs, d2h_gbs=d2h_gbs, copy_ms=copy, exposed_copy_ms=exposed,
@@ -330,6 +332,7 @@ def derive_link_whatif(of: OffloadFacts, peak_gbs: float | None) -> None:
             continue
         for name, gen, lanes in WHATIF_LINKS:
             link = pcie_peak_gbs(gen, lanes)
+            assert link is not None  # WHATIF_LINKS are generations the table knows
             rates = [min(r, eff * link) if r else None for r in (v.h2d_copy_gbs, v.d2h_copy_gbs)]
             p = predict_on_link(v, rates[0], rates[1], name, link, ref_ms)
             if p is not None:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from gcdoctor.model import memory as M
 from gcdoctor.model.memory import _Timeline
@@ -278,14 +278,15 @@ class CachingAllocator:
         return b
 
     def _find_expandable(self, pool: _Pool, size: int) -> Block:
-        def free(b: Block | None) -> bool:
+        def free(b: Block | None) -> TypeGuard[Block]:
             return b is not None and not b.allocated
 
         for addr in sorted(pool.unmapped):
             c = pool.unmapped[addr]
             if free(c.prev):
                 c = c.prev  # a free mapped block just before the unmapped range joins it
-            got, b = 0, c
+            got = 0
+            b: Block | None = c
             while got < size and free(b):
                 got += b.size
                 b = b.next

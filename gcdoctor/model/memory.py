@@ -18,9 +18,12 @@ are invisible on the CPU and are added for CUDA/MUSA from the kernels' source.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from gcdoctor.errors import UserError
+
+if TYPE_CHECKING:
+    from gcdoctor.facts.memory import FitOption
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 # "adamw" is torch.optim.AdamW(foreach=True), what gcdoctor measures by default; the other two

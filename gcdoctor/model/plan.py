@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+from dataclasses import dataclass
 from typing import Any
 
 from gcdoctor.model import fitting as F
@@ -176,11 +177,60 @@ def run_plan(model: Any = None, device_memory: str | int | None = None, seq_len:
     device_arg = device
     device, preset = _device(device)
     on_cpu = device == "cpu"
+    model, seq_len, dtype, optimizer = _defaults(on_cpu, model, seq_len, dtype, optimizer)
+    _check_args(device_memory, preset, seq_len, shard, batch_sizes, launch_us, layers, dtype, optimizer)
+    modes = _modes(gc_modes)
+    capacity = parse_memory(device_memory) if device_memory is not None else preset.capacity_bytes
+    spec = load_spec(model, layers)
+    sizing = _Sizing(spec, seq_len, dtype, optimizer, device, master_weights)
+    sizing.workload(1, "no_gc").check()
+    usable = M.usable_bytes(capacity, device)
+    allocators = ("default",) if on_cpu else M.ALLOCATORS
+    best_by = {a: {m: F.max_batch_fresh(spec, capacity, seq_len, dtype, optimizer, m == "gc", device, a,
+                                        master_weights=master_weights) for m in modes} for a in allocators}
+    batches = _batch_list(batch_sizes) or _table_batches({f"{a}/{m}": v for a, by in best_by.items()
+                                                          for m, v in by.items()})
+    rows = [_point(sizing, b, m, allocators, capacity, usable) for b in batches for m in modes]
+    reasons = []
+    for m in modes:
+        b = best_by[allocators[-1]][m] + 1
+        reasons.append({"variant": m, "batch_size": b, "why": _why_not(sizing.predict(b, m), usable)})
+    data = _plan_data(sizing, preset, capacity, usable, sizing.predict(1, modes[0]))
+    data.update({"max_batch_no_gc": best_by["default"].get("no_gc"), "max_batch_gc": best_by["default"].get("gc"),
+                 "max_batch_by_allocator": best_by, "points": rows, "does_not_fit": reasons,
+                 "exact": spec.model_type in M.EXACT_TYPES, "fit_options": []})
+    if not any(best_by[allocators[-1]].values()) and not master_weights:
+        from gcdoctor.facts.serde import to_dict
+        opts = M.fit_options(spec, seq_len, usable, dtype, device)
+        data["fit_options"] = [dict(to_dict(o), fits=o.fits) for o in opts]
+    step_lines = _step_time(data, spec, seq_len, dtype, card or (device_arg if preset is not None else None),
+                            launch_us, granularity_run)
+    if shard is not None:  # states sharded over N devices: a rank's view (gcdoctor.model.sharding)
+        from gcdoctor.model import sharding
+        data["sharded"] = sharding.plan_section(spec, usable, seq_len, dtype, optimizer, device, master_weights,
+                                                shard, reshard_after_forward, modes, batches)
+    if as_json:
+        return json.dumps(data, indent=1), data
+    text = _render(data, modes, batches, rows, allocators)
+    if shard is not None:
+        from gcdoctor.model import sharding
+        text += "\n" + "\n".join(sharding.render_plan(data["sharded"], modes, _LABEL))
+    return text + "".join("\n" + line for line in step_lines), data
+
+
+def _defaults(on_cpu: bool, model: Any, seq_len: Any, dtype: str | None,
+              optimizer: str | None) -> tuple[Any, Any, str, str]:
+    """diagnose's defaults for what is not given: on a device llama3-8b, bf16, seq 4096; on the CPU
+    tiny-llama, fp32, seq 128; AdamW."""
     model = model or ("tiny-llama" if on_cpu else "llama3-8b")
     if seq_len is None:
         seq_len = 128 if on_cpu else DEFAULT_SEQ_LEN
-    dtype = dtype or ("fp32" if on_cpu else DEFAULT_DTYPE)
-    optimizer = optimizer or DEFAULT_OPTIMIZER
+    return model, seq_len, dtype or ("fp32" if on_cpu else DEFAULT_DTYPE), optimizer or DEFAULT_OPTIMIZER
+
+
+def _check_args(device_memory: Any, preset: Any, seq_len: Any, shard: Any, batch_sizes: Any, launch_us: Any,
+                layers: Any, dtype: str, optimizer: str) -> None:
+    """run_plan's one-line refusals, in the order it gives them, before any sizing."""
     if device_memory is None and preset is None:
         raise UserError("--device-memory is required (e.g. 48GB, 80GiB or 141e9), or name a card with --device "
                         "(e.g. mtt-s4000, h200)")
@@ -201,54 +251,67 @@ def run_plan(model: Any = None, device_memory: str | int | None = None, seq_len:
         raise UserError(f"--dtype {dtype!r}: use one of {', '.join(M.DTYPE_BYTES)}")
     if optimizer not in M.OPTIMIZERS:
         raise UserError(f"--optimizer {optimizer!r}: use one of {', '.join(M.OPTIMIZERS)}")
-    modes = _modes(gc_modes)
-    capacity = parse_memory(device_memory) if device_memory is not None else preset.capacity_bytes
-    spec = load_spec(model, layers)
-    Workload = M.Workload
-    Workload(1, seq_len, dtype, optimizer, False, device, master_weights).check()
-    usable = M.usable_bytes(capacity, device)
-    st = M.model_states(spec, dtype, optimizer, device, master_weights)
-    allocators = ("default",) if on_cpu else M.ALLOCATORS
 
-    def pred(b: int, mode: str) -> M.Prediction:
-        return M.predict(spec, Workload(b, seq_len, dtype, optimizer, mode == "gc", device, master_weights))
 
-    best_by = {a: {m: F.max_batch_fresh(spec, capacity, seq_len, dtype, optimizer, m == "gc", device, a,
-                                        master_weights=master_weights) for m in modes} for a in allocators}
-    best = best_by["default"]
-    batches = _batch_list(batch_sizes) or _table_batches({f"{a}/{m}": v for a, by in best_by.items()
-                                                          for m, v in by.items()})
-    rows = []
-    for b in batches:
-        for m in modes:
-            p = pred(b, m)
-            row = {"batch_size": b, "variant": m, "peak_bytes": p.peak_bytes, "peak_phase": p.peak_phase,
-                   "peak_where": p.peak.where, "activations_after_forward_bytes": p.activations_after_forward_bytes}
-            for a in allocators:
-                key = "fits" if a == "default" else f"fits_{a}"
-                if p.peak_bytes > usable:
-                    row[key] = False  # no allocator fits more than it can reserve
-                else:
-                    row[key] = F.fit(spec, Workload(b, seq_len, dtype, optimizer, m == "gc", device, master_weights),
-                                     capacity, a).fits
-            rows.append(row)
-    reasons = []
-    for m in modes:
-        b = best_by[allocators[-1]][m] + 1
-        reasons.append({"variant": m, "batch_size": b, "why": _why_not(pred(b, m), usable)})
-    p1 = pred(1, modes[0])
-    data: dict[str, Any] = {
+@dataclass(frozen=True)
+class _Sizing:
+    """What every predicted point of a plan shares: the model and the step's settings."""
+
+    spec: Any
+    seq_len: int
+    dtype: str
+    optimizer: str
+    device: str
+    master_weights: bool
+
+    def workload(self, batch: int, mode: str) -> M.Workload:
+        return M.Workload(batch, self.seq_len, self.dtype, self.optimizer, mode == "gc", self.device,
+                          self.master_weights)
+
+    def predict(self, batch: int, mode: str) -> M.Prediction:
+        return M.predict(self.spec, self.workload(batch, mode))
+
+
+def _point(sizing: _Sizing, b: int, m: str, allocators: tuple[str, ...], capacity: int,
+           usable: int) -> dict[str, Any]:
+    """One row of the table: the predicted peak of batch `b` in mode `m`, and whether each allocator fits it."""
+    p = sizing.predict(b, m)
+    row: dict[str, Any] = {"batch_size": b, "variant": m, "peak_bytes": p.peak_bytes, "peak_phase": p.peak_phase,
+                           "peak_where": p.peak.where,
+                           "activations_after_forward_bytes": p.activations_after_forward_bytes}
+    for a in allocators:
+        key = "fits" if a == "default" else f"fits_{a}"
+        if p.peak_bytes > usable:
+            row[key] = False  # no allocator fits more than it can reserve
+        else:
+            row[key] = F.fit(sizing.spec, sizing.workload(b, m), capacity, a).fits
+    return row
+
+
+def _card_data(preset: Any) -> dict[str, Any] | None:
+    if preset is None:
+        return None
+    return {"name": preset.name, "source": preset.source, "notes": preset.notes, "bf16_tflops": preset.bf16_tflops,
+            "memory_bandwidth_gbs": preset.memory_bandwidth_gbs, "pcie_gbs": preset.pcie_gbs}
+
+
+def _margins(on_cpu: bool) -> dict[str, Any]:
+    if on_cpu:
+        return {"context_bytes": 0, "context_source": None, "allocator": None}
+    return {"context_bytes": M.DEVICE_CONTEXT_BYTES, "context_source": M.CONTEXT_SOURCE,
+            "allocator": "replayed for a fresh process (gcdoctor.model.allocator)"}
+
+
+def _plan_data(sizing: _Sizing, preset: Any, capacity: int, usable: int, p1: M.Prediction) -> dict[str, Any]:
+    """The plan's settings, card and per-model sizes (the keys before the batch results)."""
+    spec, seq_len, dtype = sizing.spec, sizing.seq_len, sizing.dtype
+    st = M.model_states(spec, dtype, sizing.optimizer, sizing.device, sizing.master_weights)
+    return {
         "model": spec.name, "source": spec.source, "n_params": st.n_params, "n_layers": spec.n_layers,
-        "seq_len": seq_len, "dtype": dtype, "optimizer": optimizer, "device": device,
-        "card": None if preset is None else {"name": preset.name, "source": preset.source, "notes": preset.notes,
-                                             "bf16_tflops": preset.bf16_tflops,
-                                             "memory_bandwidth_gbs": preset.memory_bandwidth_gbs,
-                                             "pcie_gbs": preset.pcie_gbs},
-        "master_weights": master_weights,
+        "seq_len": seq_len, "dtype": dtype, "optimizer": sizing.optimizer, "device": sizing.device,
+        "card": _card_data(preset), "master_weights": sizing.master_weights,
         "device_memory_bytes": capacity, "usable_bytes": usable,
-        "margins": {"context_bytes": M.DEVICE_CONTEXT_BYTES if not on_cpu else 0,
-                    "context_source": M.CONTEXT_SOURCE if not on_cpu else None,
-                    "allocator": None if on_cpu else "replayed for a fresh process (gcdoctor.model.allocator)"},
+        "margins": _margins(sizing.device == "cpu"),
         "model_state_bytes": {"params": st.param_bytes, "grads": st.grad_bytes,
                               "optimizer_states": st.optimizer_state_bytes,
                               "master_weights": st.master_weight_bytes, "total": st.total_bytes},
@@ -256,28 +319,7 @@ def run_plan(model: Any = None, device_memory: str | int | None = None, seq_len:
                              "checkpoint_residue": M.checkpoint_residue_bytes_per_token(spec, dtype)
                              * seq_len * spec.n_layers,
                              "loss_block": p1.loss_block_bytes},
-        "max_batch_no_gc": best.get("no_gc"), "max_batch_gc": best.get("gc"),
-        "max_batch_by_allocator": best_by,
-        "points": rows, "does_not_fit": reasons, "exact": spec.model_type in M.EXACT_TYPES,
-        "fit_options": [],
     }
-    if not any(best_by[allocators[-1]].values()) and not master_weights:
-        from gcdoctor.facts.serde import to_dict
-        opts = M.fit_options(spec, seq_len, usable, dtype, device)
-        data["fit_options"] = [dict(to_dict(o), fits=o.fits) for o in opts]
-    step_lines = _step_time(data, spec, seq_len, dtype, card or (device_arg if preset is not None else None),
-                            launch_us, granularity_run)
-    if shard is not None:  # states sharded over N devices: a rank's view (gcdoctor.model.sharding)
-        from gcdoctor.model import sharding
-        data["sharded"] = sharding.plan_section(spec, usable, seq_len, dtype, optimizer, device, master_weights,
-                                                shard, reshard_after_forward, modes, batches)
-    if as_json:
-        return json.dumps(data, indent=1), data
-    text = _render(data, modes, batches, rows, allocators)
-    if shard is not None:
-        from gcdoctor.model import sharding
-        text += "\n" + "\n".join(sharding.render_plan(data["sharded"], modes, _LABEL))
-    return text + "".join("\n" + line for line in step_lines), data
 
 
 def _step_time(data: dict, spec: Any, seq_len: int, dtype: str, card: str | None, launch_us: float | None,

@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from gcdoctor.errors import UserError
 
@@ -23,8 +23,12 @@ _RANGES = {"hidden_size": 1 << 17, "intermediate_size": 1 << 20, "num_hidden_lay
            "max_position_embeddings": 1 << 24}
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _positive_int(v: Any) -> bool:
+    return _is_int(v) and v > 0
 
 
 @dataclass
@@ -118,7 +122,7 @@ def load_spec(name_or_path: str, layers: int | None = None) -> ModelSpec:
 def spec_from_config(cfg: dict[str, Any], name: str, source: str, layers: int | None = None) -> ModelSpec:
     """A spec from a Hugging Face config as a dict (a config.json's, or a live model's `config.to_dict()`)."""
     cfg = {k: v for k, v in cfg.items() if not k.startswith("_")}
-    missing = [k for k in _REQUIRED if not _is_int(cfg.get(k)) or cfg.get(k) <= 0]
+    missing = [k for k in _REQUIRED if not _positive_int(cfg.get(k))]
     if missing:
         raise UserError(f"model config {source}: missing or invalid {', '.join(missing)}")
     for key, hi in _RANGES.items():

@@ -51,11 +51,12 @@ def classify(frames: list[dict[str, Any]]) -> str:
     return "temporaries"
 
 
-def _preexisting(snapshot: dict[str, Any], trace: list[dict[str, Any]]) -> dict[int, int]:
+def _preexisting(snapshot: dict[str, Any], trace: list[dict[str, Any]]) -> dict[Any, int]:
     """Blocks alive when the recording started: still allocated at the dump and never allocated
-    in the trace, or freed in the trace without having been allocated in it."""
-    seen: set[int] = set()
-    before: dict[int, int] = {}
+    in the trace, or freed in the trace without having been allocated in it. Keyed by address as
+    the snapshot writes it (not checked)."""
+    seen: set[Any] = set()
+    before: dict[Any, int] = {}
     for ev in trace:
         action, addr = ev.get("action"), ev.get("addr")
         if action == "alloc":
@@ -85,7 +86,7 @@ def attribute(snapshot: dict[str, Any], known: dict[int, str], device: int = 0, 
     before = _preexisting(snapshot, trace)
 
     def replay(stop: int | None = None):
-        live = {a: (n, None) for a, n in before.items()}
+        live: dict[Any, tuple[int, list[Any] | None]] = {a: (n, None) for a, n in before.items()}
         total = sum(before.values())
         peak, peak_at = total, -1
         for i, ev in enumerate(trace if stop is None else trace[:stop + 1]):

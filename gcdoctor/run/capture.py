@@ -17,7 +17,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 from torch.profiler import record_function
@@ -66,7 +66,7 @@ def enable_layer_checkpointing(model: Any, every_n_layers: int = 1, labelled: bo
     return f"{api}({shown}{', every_n_layers=%d' % every_n_layers if every_n_layers != 1 else ''})"
 
 
-OPTIMIZER_IMPLS = {"adamw": {"foreach": True}, "adamw-forloop": {"foreach": False},
+OPTIMIZER_IMPLS: dict[str, dict[str, Any]] = {"adamw": {"foreach": True}, "adamw-forloop": {"foreach": False},
                    "adamw-fused": {"fused": True}}
 
 
@@ -157,7 +157,7 @@ class TrainingStep:
         self.batch_size, self.seq_len = batch_size, seq_len
         vocab = model.config.vocab_size if hasattr(model, "config") else 32000
         gen = torch.Generator().manual_seed(seed)
-        self.input_ids = torch.randint(vocab, (batch_size, seq_len), generator=gen).to(backend.device)
+        self.input_ids: torch.Tensor | None = torch.randint(vocab, (batch_size, seq_len), generator=gen).to(backend.device)
         self.optimizer = optimizer_obj if optimizer_obj is not None else (
             make_optimizer(model.parameters(), optimizer) if optimizer_step is None else None)
         self._forward = forward or _causal_lm_loss
@@ -166,6 +166,7 @@ class TrainingStep:
         self.phase = "setup"  # the phase running now: tells where an OOM happened
 
     def _default_optimizer_step(self) -> None:
+        assert self.optimizer is not None  # made in __init__ whenever this step is used (release() drops it)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
@@ -180,6 +181,7 @@ class TrainingStep:
         w0 = time.perf_counter()
         clock.mark()
         self.phase = "forward"
+        assert self.input_ids is not None  # only release() drops them, after the step's last run
         with record_function(LABEL_PREFIX + "forward"):
             loss = self._forward(self.model, self.input_ids)
         clock.mark()
@@ -238,7 +240,7 @@ def _causal_lm_loss(model: Any, input_ids: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), input_ids[:, 1:].reshape(-1))
 
 
-def median(values: list[float]) -> float | None:
+def median(values: Sequence[float | None]) -> float | None:
     vals = [v for v in values if v is not None]
     return statistics.median(vals) if vals else None
 

@@ -15,7 +15,7 @@ import traceback
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from gcdoctor.model import registry as models
 from gcdoctor.run.capture import (StepRecord, TrainingStep, free_memory, median, optimizer_state_bytes,
@@ -29,6 +29,9 @@ from gcdoctor.run.events import (EventBus, LogMessage, MeasurementRecorded, Phas
                                  measurement_row, process_age_s)
 from gcdoctor.facts import Facts, Measurement, ModelInfo, ProfilerOverhead, RunSettings
 from gcdoctor.run.rundir import RunDirectory, default_run_dir
+
+if TYPE_CHECKING:
+    from gcdoctor.telemetry import TelemetrySampler
 
 GPU_SEQ_LEN, CPU_SEQ_LEN = 4096, 128
 # a variant whose first timed step is this many times its baseline variant's is timed once (measure)
@@ -147,26 +150,8 @@ class ProbeContext:
         phase = "setup"
         try:
             step = make_step()
-            for i in range(warmup + steps):
-                self.check_stop()
-                rec = step.run()
-                is_warm = i < warmup
-                if not is_warm:
-                    records.append(rec)
-                self.bus.emit(StepMeasured(probe, variant, batch_size, i, rec.step_ms,
-                                           "warmup" if is_warm else ("search" if search else "measure"),
-                                           rec.loss, rec.peak_allocated_bytes))
-                if i == warmup and steps > 1:
-                    m.timed_once = self._pathological(rec.step_ms, compare_with, steps)
-                    if m.timed_once:
-                        break
-            if hasattr(step, "state_bytes"):  # a sharded step: this rank's shards
-                m.param_bytes, m.grad_bytes, m.optimizer_state_bytes = step.state_bytes()
-            else:
-                m.param_bytes = tensor_bytes(step.model.parameters())
-                m.grad_bytes = sum(getattr(p, "_local_tensor", p).numel() * p.element_size()
-                                   for p in step.model.parameters() if p.requires_grad)
-                m.optimizer_state_bytes = optimizer_state_bytes(step.optimizer) if step.optimizer is not None else 0
+            self._timed_steps(step, m, records, warmup, steps, search, compare_with)
+            _state_bytes(m, step)
             if profile_key and cfg.profile:
                 self._profile(step, profile_key, variant, batch_size, records)
         except Exception as exc:  # noqa: BLE001 - OOM is a measurement; anything else re-raised below
@@ -179,34 +164,67 @@ class ProbeContext:
             if step is not None:
                 step.release()
             step = None
-        if self.dist is not None:
-            fit_everywhere, stop = self.dist.agree(oom is None, self.session.stop_requested.is_set())
-            if not fit_everywhere and oom is None:
-                m.fits, m.oom_phase = False, "another rank"  # the sharded step is one step: it did not fit
-                m.error = "out of memory on another rank"
-            if stop:
-                raise RunInterrupted()
+        self._agree(m, oom is None)
         if oom is not None:
             m.fits, m.oom_phase = False, phase
             m.error = str(oom).splitlines()[0][:300]
             del oom
         else:
             self._fill(m, records, spec, throughput)
+        self._check_released(m, baseline)
+        if self.dist is not None:
+            self._record_rank(m, self.dist.rank, profile_key is not None)
+        self.bus.emit(MeasurementRecorded(probe, measurement_row(m)))
+        return m
+
+    def _timed_steps(self, step: TrainingStep, m: Measurement, records: list[StepRecord], warmup: int, steps: int,
+                     search: bool, compare_with: tuple[str, float | None] | None) -> None:
+        """The warm-up steps, then the timed ones (into `records`); one timed step only when the
+        first is pathological against `compare_with`."""
+        for i in range(warmup + steps):
+            self.check_stop()
+            rec = step.run()
+            is_warm = i < warmup
+            if not is_warm:
+                records.append(rec)
+            self.bus.emit(StepMeasured(m.probe, m.variant, m.batch_size, i, rec.step_ms,
+                                       "warmup" if is_warm else ("search" if search else "measure"),
+                                       rec.loss, rec.peak_allocated_bytes))
+            if i == warmup and steps > 1:
+                m.timed_once = self._pathological(rec.step_ms, compare_with, steps)
+                if m.timed_once:
+                    break
+
+    def _agree(self, m: Measurement, fits_here: bool) -> None:
+        """Several ranks: whether the step fitted on every one, and whether to stop, agreed by all."""
+        if self.dist is None:
+            return
+        fit_everywhere, stop = self.dist.agree(fits_here, self.session.stop_requested.is_set())
+        if not fit_everywhere and fits_here:
+            m.fits, m.oom_phase = False, "another rank"  # the sharded step is one step: it did not fit
+            m.error = "out of memory on another rank"
+        if stop:
+            raise RunInterrupted()
+
+    def _check_released(self, m: Measurement, baseline: int | None) -> None:
+        """Free what the measurement left; a warning when the allocator is not back at its baseline."""
+        b = self.backend
         b.release_workspaces()
         free_memory(b)
         after = m.allocated_after_bytes = b.memory_allocated()
         if baseline is not None and after is not None and after != baseline:
             what = "the OOM" if not m.fits else "the measurement"
-            self.log(f"after {what} at batch {batch_size}, {after - baseline:+,} bytes differ from the "
+            self.log(f"after {what} at batch {m.batch_size}, {after - baseline:+,} bytes differ from the "
                      f"{baseline:,} allocated before it", "warning")
-        if self.dist is not None:
-            from gcdoctor.facts.distributed import RankMeasurement
-            self.facts.distributed.measurements.append(RankMeasurement(
-                probe, variant, batch_size, self.dist.rank, m.fits, m.oom_phase, m.step_ms_median,
-                m.peak_allocated_bytes, m.peak_reserved_bytes, m.param_bytes, m.grad_bytes,
-                m.optimizer_state_bytes, dict(m.telemetry), profile_key is not None))
-        self.bus.emit(MeasurementRecorded(probe, measurement_row(m)))
-        return m
+
+    def _record_rank(self, m: Measurement, rank: int, profiled: bool) -> None:
+        from gcdoctor.facts.distributed import RankMeasurement
+        d = self.facts.distributed
+        assert d is not None  # the session sets it whenever it runs on several ranks
+        d.measurements.append(RankMeasurement(
+            m.probe, m.variant, m.batch_size, rank, m.fits, m.oom_phase, m.step_ms_median,
+            m.peak_allocated_bytes, m.peak_reserved_bytes, m.param_bytes, m.grad_bytes,
+            m.optimizer_state_bytes, dict(m.telemetry), profiled))
 
     def _pathological(self, step_ms: float | None, compare_with: tuple[str, float | None] | None,
                       steps: int) -> str | None:
@@ -300,7 +318,20 @@ class ProbeContext:
             self.facts.trace[str(TraceKey(key, window))] = tm
         if self.dist is not None:
             from gcdoctor.trace.comm import comm_metrics
-            self.facts.distributed.comm.append(comm_metrics(tables, key, self.dist.rank, self.dist.relative(path)))
+            d = self.facts.distributed
+            assert d is not None  # the session sets it whenever it runs on several ranks
+            d.comm.append(comm_metrics(tables, key, self.dist.rank, self.dist.relative(path)))
+
+
+def _state_bytes(m: Measurement, step: TrainingStep) -> None:
+    """Parameter, gradient and optimizer-state bytes of the step (on several ranks: this rank's shards)."""
+    if hasattr(step, "state_bytes"):  # a sharded step: this rank's shards
+        m.param_bytes, m.grad_bytes, m.optimizer_state_bytes = step.state_bytes()
+    else:
+        m.param_bytes = tensor_bytes(step.model.parameters())
+        m.grad_bytes = sum(getattr(p, "_local_tensor", p).numel() * p.element_size()
+                           for p in step.model.parameters() if p.requires_grad)
+        m.optimizer_state_bytes = optimizer_state_bytes(step.optimizer) if step.optimizer is not None else 0
 
 
 class Session:
@@ -346,9 +377,9 @@ class Session:
             name=s.name, source=s.source, architecture=s.model_type, n_layers=s.n_layers, n_layers_full=s.n_layers_full,
             hidden_size=s.hidden_size, intermediate_size=s.intermediate_size, n_heads=s.n_heads, n_kv_heads=s.n_kv_heads,
             vocab_size=s.vocab_size, n_params=s.param_count(), dtype=self.resolved.dtype, attn_implementation="sdpa")
-        self.sampler = None
+        self.sampler: TelemetrySampler | None = None
         self.verdicts: list[Verdict] = []
-        self.report_path = None  # set when the run has written its reports
+        self.report_path: Path | None = None  # set when the run has written its reports
         self._issued: dict[tuple[str, str], tuple[str, str]] = {}
         self._facts_lock = threading.Lock()
         self.finishing = False

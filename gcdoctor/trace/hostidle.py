@@ -251,6 +251,7 @@ class HostIdleAnalyzer:
         self.comm = iv.merge(o_s[is_comm], o_e[is_comm])
         self.compute = iv.merge(o_s[~is_comm], o_e[~is_comm])
         seg_s, seg_e, ntid = busy.s, busy.e, busy.next_tag
+        assert ntid is not None  # a Cover made with tags (above, or the caller's) has them
         nj = busy.next_launch != iv.NEG
         nl = np.where(nj, busy.next_launch, iv.POS)
         if self.main_tid is not None:
@@ -505,8 +506,9 @@ class HostIdleAnalyzer:
     def _largest(self, h: HostIdle, length: int, a: int, cut: int, b: int, tid: int) -> None:
         h.largest_gap_us = length / 1e3
         parts = np.zeros(7, dtype=np.int64)
+        if tid < 0 and self.main_tid is not None:
+            tid = self.main_tid
         if tid >= 0 or self.main_tid is not None:
-            tid = tid if tid >= 0 else int(self.main_tid)
             parts = self._thread(tid).split(np.array([a]), np.array([cut]))
         parts[DISPATCH] += (b - cut) if not self._blocking_at(b) else 0
         parts[SYNC] += (b - cut) if self._blocking_at(b) else 0

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -136,7 +136,7 @@ def _phase_of(t: TraceTables, s0: int, s1: int, times: np.ndarray) -> np.ndarray
 
 
 def read_steps(t: TraceTables, profiler_us_per_event: float = 0.0,
-               ops_per_phase: dict[str, float] | None = None) -> list[StepReading]:
+               ops_per_phase: Mapping[str, float] | None = None) -> list[StepReading]:
     """Every gcdoctor training step of the trace (forward range to the synchronising call that ends
     it), read for the launch-cost what-if. Empty when the trace has no device ops or no steps."""
     device = primary_device(t)
@@ -182,7 +182,7 @@ def read_steps(t: TraceTables, profiler_us_per_event: float = 0.0,
 
 def _read_step(t: TraceTables, s0: int, s1: int, final: int, rt_names: np.ndarray, sync: np.ndarray,
                op_rows: np.ndarray, op_launch: np.ndarray, host_times: np.ndarray,
-               profiler_us_per_event: float, ops_per_phase: dict[str, float] | None) -> StepReading | None:
+               profiler_us_per_event: float, ops_per_phase: Mapping[str, float] | None) -> StepReading | None:
     rt, ops = t.runtime, t.ops
     in_step = (rt.start_ns[op_launch] >= s0) & (rt.start_ns[op_launch] < s1)
     rows, launch = op_rows[in_step], op_launch[in_step]
@@ -273,10 +273,10 @@ def _read_step(t: TraceTables, s0: int, s1: int, final: int, rt_names: np.ndarra
     names = np.asarray(t.names, dtype=object)[ops.name_id[rows]]
     mm = np.fromiter((bool(MATMUL_KERNEL.search(n)) for n in names), dtype=bool, count=len(rows)) & ~opt
     first_opt_host = float(launch_done[opt].min() - l_dur[opt][np.argmin(launch_done[opt])]) if opt.any() else None
-    split = dict(matmul_ms=float(d_dur[mm].sum()) / 1e6, other_ms=float(d_dur[~mm & ~opt].sum()) / 1e6,
-                 optimizer_device_ms=float(d_dur[opt].sum()) / 1e6, optimizer_launches=int(opt.sum()),
-                 optimizer_host_ms=0.0 if first_opt_host is None else max(issue_ms - first_opt_host / 1e6, 0.0))
-    return StepReading(**split,
+    return StepReading(
+        matmul_ms=float(d_dur[mm].sum()) / 1e6, other_ms=float(d_dur[~mm & ~opt].sum()) / 1e6,
+        optimizer_device_ms=float(d_dur[opt].sum()) / 1e6, optimizer_launches=int(opt.sum()),
+        optimizer_host_ms=0.0 if first_opt_host is None else max(issue_ms - first_opt_host / 1e6, 0.0),
         step_ms=(s1 - s0) / 1e6, host_ms=host_ms, host_issue_ms=max(issue_ms, 0.0), blocked_ms=total_blocked,
         profiler_ms=max(host_ms - total_blocked - issue_ms, 0.0), device_busy_ms=float(d_dur.sum()) / 1e6,
         launches=len(launch), segments=len(sync_starts), latency_us=latency / 1e3,

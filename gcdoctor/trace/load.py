@@ -32,6 +32,7 @@ import sys
 import threading
 import zlib
 from collections import Counter
+from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 from typing import IO, Any, Callable, Optional, Sequence, Union
@@ -47,7 +48,7 @@ from gcdoctor.trace.tables import (
 try:  # optional fast decoder; the stdlib path gives identical tables
     import msgspec
 except ImportError:  # pragma: no cover - exercised by forcing decoder="json" in the tests
-    msgspec = None
+    msgspec = None  # type: ignore[assignment]  # the name stays bound: `msgspec is None` means not installed
 
 BLOCK_BYTES = 1 << 20  # read size; a chunk is about one block (8 MB: same speed, 20 MB more memory)
 HEAD_LIMIT_BYTES = 64 << 20  # traceEvents must start within this many bytes
@@ -358,7 +359,7 @@ class _Reader:
             self.raw.close()
             raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
         self.gzip = magic == b"\x1f\x8b"
-        self.fh: IO[bytes] = gzip.GzipFile(fileobj=self.raw, mode="rb") if self.gzip else self.raw
+        self.fh: IO[bytes] | gzip.GzipFile = gzip.GzipFile(fileobj=self.raw, mode="rb") if self.gzip else self.raw
         self.eof = False
 
     def read(self, n: int) -> bytes:
@@ -492,6 +493,86 @@ def _i64(values: list[Any], default: int) -> np.ndarray:
         return np.array([v if _I64_MIN <= v <= _I64_MAX else default for v in values], dtype=np.int64)
 
 
+@dataclass
+class _Grouped:
+    """A chunk's complete events of the tabled categories, per bucket (_DEV.._GANN), with each
+    category's detail per event; and the counts of the rest."""
+
+    buckets: list[list]
+    kinds: list[list[np.ndarray]]  # detail per event, per bucket
+    skipped: Counter
+    rt_cats: Counter
+    ranges: int = 0  # cuda_profiler_range events
+
+
+def _placed_times(group: list) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(start_ns, dur_ns, tid) of a bucket's events the columnar way, or None when one of them is
+    not for it: no ts, a string or huge tid, nan, negative, too large for nanoseconds in a float."""
+    ts = [e.ts for e in group]
+    if None in ts:
+        return None
+    try:
+        f = np.array(ts, dtype=np.float64)
+        d = np.array([e.dur for e in group], dtype=np.float64)
+        tids = np.array([e.tid for e in group], dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):  # a string or huge id, a Decimal
+        return None
+    if not (bool((np.abs(f) < EXACT_FLOAT_US).all()) and bool((d >= 0).all())
+            and bool((d < EXACT_FLOAT_US).all())):
+        return None
+    return _ns_float(f), _ns_float(d), tids
+
+
+def _args_of(group: list) -> list:
+    args = [e.args for e in group]
+    if None in args:
+        args = [_NO_ARGS if a is None else a for a in args]
+    return args
+
+
+def _pids(group: list) -> np.ndarray | None:
+    try:
+        return np.array([e.pid for e in group], dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _bucket_columns(b: int, group: list,
+                    kinds: list[np.ndarray]) -> tuple[str, dict[str, np.ndarray], list[str]] | None:
+    """(table, columns, names) of one bucket's events, the columnar way; None when an event is
+    not for it (the chunk then goes the general way)."""
+    placed = _placed_times(group)
+    if placed is None:
+        return None
+    start, length, tids = placed
+    names = [e.name for e in group]
+    if b == _RT:
+        args = _args_of(group)
+        return "rt", dict(start_ns=start, dur_ns=length, tid=tids,
+                          correlation=_i64_opt([a.correlation for a in args]),
+                          driver=np.concatenate(kinds) == 1), names
+    if b == _CPU:
+        args = _args_of(group)
+        return "cpu", dict(start_ns=start, dur_ns=length, tid=tids, seq=_i64_opt([a.seq for a in args])), names
+    pids = _pids(group)
+    if pids is None:
+        return None
+    if b != _DEV:
+        return "ann", dict(start_ns=start, dur_ns=length, pid=pids, tid=tids,
+                           on_device=np.full(len(group), b == _GANN, dtype=np.bool_)), names
+    args = _args_of(group)
+    stream = [a.stream for a in args]
+    if None in stream:
+        stream = [e.tid if s is None else s for s, e in zip(stream, group)]
+    try:
+        stream_col = np.array(stream, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return "dev", dict(kind=np.concatenate(kinds), start_ns=start, dur_ns=length, device=pids, stream=stream_col,
+                       correlation=_i64_opt([a.correlation for a in args]),
+                       nbytes=_i64_opt([a.nbytes for a in args])), names
+
+
 class _Builder:
     """Accumulates per-chunk columns; `finish` sorts, joins and returns the tables."""
 
@@ -579,150 +660,107 @@ class _Builder:
             return
         self._add_events(events, exact)
 
+    def _group(self, events: list, place: bool) -> _Grouped:
+        """A chunk's complete events in buckets; with `place`, only those _placeable keeps."""
+        by_cat = _complete_events_by_category(events)
+        g = _Grouped([[], [], [], [], []], [[], [], [], [], []], Counter(), Counter())
+        for c, lst in by_cat.items():
+            k = self.cats.get(c)
+            if k is None:
+                k = self.cats[c] = _classify(c)
+            if k[0] == _PROFILER_RANGE:
+                g.ranges += len(lst)
+            if k[0] < 0:
+                g.skipped[c] += len(lst)
+                continue
+            if place:
+                lst = self._placeable(lst)
+                if not lst:
+                    continue
+            g.buckets[k[0]].extend(lst)
+            g.kinds[k[0]].append(np.full(len(lst), k[1], dtype=np.int8))
+            if k[0] == _RT:
+                g.rt_cats[c] += len(lst)
+        return g
+
     def _add_columns(self, events: list) -> bool:
         """The common case in one pass per field: every event of a tabled category placeable, float
         timestamps below 2^43 us, integer ids. Tables nothing and returns False otherwise (the
         general path, _add_events, then gives the same tables)."""
-        by_cat = _complete_events_by_category(events)
-        buckets: list[list] = [[], [], [], [], []]
-        kinds: list[list[np.ndarray]] = [[], [], [], [], []]
-        skipped: Counter = Counter()
-        rt_cats: Counter = Counter()
-        ranges = 0
-        for c, lst in by_cat.items():
-            k = self.cats.get(c)
-            if k is None:
-                k = self.cats[c] = _classify(c)
-            if k[0] == _PROFILER_RANGE:
-                ranges += len(lst)
-            if k[0] < 0:
-                skipped[c] += len(lst)
-                continue
-            buckets[k[0]].extend(lst)
-            kinds[k[0]].append(np.full(len(lst), k[1], dtype=np.int8))
-            if k[0] == _RT:
-                rt_cats[c] += len(lst)
-        staged: list[tuple[str, dict[str, np.ndarray]]] = []
-        for b, group in enumerate(buckets):
+        g = self._group(events, place=False)
+        staged: list[tuple[str, dict[str, np.ndarray], list[str]]] = []
+        for b, group in enumerate(g.buckets):
             if not group:
                 continue
-            ts = [e.ts for e in group]
-            dur = [e.dur for e in group]
-            pid = [e.pid for e in group] if b != _RT and b != _CPU else None
-            tid = [e.tid for e in group]
-            name = [e.name for e in group]
-            args = [e.args for e in group]
-            if None in ts:
+            tabled = _bucket_columns(b, group, g.kinds[b])
+            if tabled is None:
                 return False
-            try:
-                f = np.array(ts, dtype=np.float64)
-                d = np.array(dur, dtype=np.float64)
-                pids = np.array(pid, dtype=np.int64) if pid is not None else None
-                tids = np.array(tid, dtype=np.int64)
-            except (TypeError, ValueError, OverflowError):  # a string or huge id, a Decimal
-                return False
-            if not (bool((np.abs(f) < EXACT_FLOAT_US).all()) and bool((d >= 0).all())
-                    and bool((d < EXACT_FLOAT_US).all())):
-                return False  # nan, negative, too large for nanoseconds in a float: the general path
-            if b != _ANN and b != _GANN and None in args:
-                args = [_NO_ARGS if a is None else a for a in args]
-            start, length = _ns_float(f), _ns_float(d)
-            if b == _DEV:
-                corr = [a.correlation for a in args]
-                stream = [a.stream for a in args]
-                nbytes = [a.nbytes for a in args]
-                if None in stream:
-                    stream = [t if s is None else s for s, t in zip(stream, tid)]
-                try:
-                    stream_col = np.array(stream, dtype=np.int64)
-                except (TypeError, ValueError, OverflowError):
-                    return False
-                staged.append(("dev", dict(
-                    kind=np.concatenate(kinds[_DEV]), start_ns=start, dur_ns=length, device=pids,
-                    stream=stream_col, correlation=_i64_opt(corr), nbytes=_i64_opt(nbytes), name_id=name)))
-            elif b == _RT:
-                corr = [a.correlation for a in args]
-                staged.append(("rt", dict(
-                    start_ns=start, dur_ns=length, tid=tids, correlation=_i64_opt(corr), name_id=name,
-                    driver=np.concatenate(kinds[_RT]) == 1)))
-            elif b == _CPU:
-                seq = [a.seq for a in args]
-                staged.append(("cpu", dict(start_ns=start, dur_ns=length, tid=tids, name_id=name,
-                                           seq=_i64_opt(seq))))
-            else:
-                staged.append(("ann", dict(start_ns=start, dur_ns=length, pid=pids, tid=tids, name_id=name,
-                                           on_device=np.full(len(group), b == _GANN, dtype=np.bool_))))
-        for table, cols in staged:
-            cols["name_id"] = self._intern(cols["name_id"])
+            staged.append(tabled)
+        for table, cols, names in staged:
+            cols["name_id"] = self._intern(names)
             self._put(table, **cols)
-        self.profiler_ranges += ranges
-        self.event_count += len(events)
-        self.skipped.update(skipped)
-        self.runtime_cats.update(rt_cats)
+        self.profiler_ranges += g.ranges
+        self._count(events, g)
         return True
 
+    def _count(self, events: list, g: _Grouped) -> None:
+        self.event_count += len(events)
+        self.skipped.update(g.skipped)
+        self.runtime_cats.update(g.rt_cats)
+
     def _add_events(self, events: list, exact: bool) -> None:
-        by_cat = _complete_events_by_category(events)
-        buckets: list[list] = [[], [], [], [], []]
-        kinds: list[list[np.ndarray]] = [[], [], [], [], []]  # detail per event, per bucket
-        skipped: Counter = Counter()
-        rt_cats: Counter = Counter()
-        for c, lst in by_cat.items():
-            k = self.cats.get(c)
-            if k is None:
-                k = self.cats[c] = _classify(c)
-            if k[0] == _PROFILER_RANGE:
-                self.profiler_ranges += len(lst)
-            if k[0] < 0:
-                skipped[c] += len(lst)
-                continue
-            lst = self._placeable(lst)
-            if not lst:
-                continue
-            buckets[k[0]].extend(lst)
-            kinds[k[0]].append(np.full(len(lst), k[1], dtype=np.int8))
-            if k[0] == _RT:
-                rt_cats[c] += len(lst)
-        dev, rt, cpu, ann, gann = buckets
+        g = self._group(events, place=True)
+        self.profiler_ranges += g.ranges
+        dev, rt, cpu, ann, gann = g.buckets
         staged: list[tuple[str, dict[str, np.ndarray]]] = []
         if dev:
-            args = [e.args for e in dev]
-            staged.append(("dev", dict(
-                kind=np.concatenate(kinds[_DEV]),
-                start_ns=_ns([e.ts for e in dev], exact), dur_ns=_ns([e.dur for e in dev], exact),
-                device=self._ints([e.pid for e in dev]),
-                stream=self._ints([a.stream if a is not None and a.stream is not None else e.tid
-                                   for a, e in zip(args, dev)]),
-                correlation=_i64([a.correlation if a is not None and a.correlation is not None else -1
-                                  for a in args], -1),
-                nbytes=_i64([a.nbytes if a is not None and a.nbytes is not None else -1 for a in args], -1),
-                name_id=self._intern([e.name for e in dev]))))
+            staged.append(("dev", self._dev_events(dev, g.kinds[_DEV], exact)))
         if rt:
-            staged.append(("rt", dict(
-                start_ns=_ns([e.ts for e in rt], exact), dur_ns=_ns([e.dur for e in rt], exact),
-                tid=self._ints([e.tid for e in rt]),
-                correlation=_i64([e.args.correlation if e.args is not None and e.args.correlation is not None
-                                  else -1 for e in rt], -1),
-                name_id=self._intern([e.name for e in rt]),
-                driver=np.concatenate(kinds[_RT]) == 1)))
+            staged.append(("rt", self._rt_events(rt, g.kinds[_RT], exact)))
         if cpu:
-            staged.append(("cpu", dict(
-                start_ns=_ns([e.ts for e in cpu], exact), dur_ns=_ns([e.dur for e in cpu], exact),
-                tid=self._ints([e.tid for e in cpu]), name_id=self._intern([e.name for e in cpu]),
-                seq=np.array([e.args.seq if e.args is not None and e.args.seq is not None else -1
-                              for e in cpu], dtype=np.int64))))
+            staged.append(("cpu", self._cpu_events(cpu, exact)))
         for group, on_dev in ((ann, False), (gann, True)):
             if group:
-                staged.append(("ann", dict(
-                    start_ns=_ns([e.ts for e in group], exact), dur_ns=_ns([e.dur for e in group], exact),
-                    pid=self._ints([e.pid for e in group]), tid=self._ints([e.tid for e in group]),
-                    name_id=self._intern([e.name for e in group]),
-                    on_device=np.full(len(group), on_dev, dtype=np.bool_))))
+                staged.append(("ann", self._ann_events(group, on_dev, exact)))
         for table, cols in staged:
             self._put(table, **cols)
-        self.event_count += len(events)
-        self.skipped.update(skipped)
-        self.runtime_cats.update(rt_cats)
+        self._count(events, g)
+
+    def _dev_events(self, dev: list, kinds: list[np.ndarray], exact: bool) -> dict[str, np.ndarray]:
+        args = [e.args for e in dev]
+        return dict(
+            kind=np.concatenate(kinds),
+            start_ns=_ns([e.ts for e in dev], exact), dur_ns=_ns([e.dur for e in dev], exact),
+            device=self._ints([e.pid for e in dev]),
+            stream=self._ints([a.stream if a is not None and a.stream is not None else e.tid
+                               for a, e in zip(args, dev)]),
+            correlation=_i64([a.correlation if a is not None and a.correlation is not None else -1
+                              for a in args], -1),
+            nbytes=_i64([a.nbytes if a is not None and a.nbytes is not None else -1 for a in args], -1),
+            name_id=self._intern([e.name for e in dev]))
+
+    def _rt_events(self, rt: list, kinds: list[np.ndarray], exact: bool) -> dict[str, np.ndarray]:
+        return dict(
+            start_ns=_ns([e.ts for e in rt], exact), dur_ns=_ns([e.dur for e in rt], exact),
+            tid=self._ints([e.tid for e in rt]),
+            correlation=_i64([e.args.correlation if e.args is not None and e.args.correlation is not None
+                              else -1 for e in rt], -1),
+            name_id=self._intern([e.name for e in rt]),
+            driver=np.concatenate(kinds) == 1)
+
+    def _cpu_events(self, cpu: list, exact: bool) -> dict[str, np.ndarray]:
+        return dict(
+            start_ns=_ns([e.ts for e in cpu], exact), dur_ns=_ns([e.dur for e in cpu], exact),
+            tid=self._ints([e.tid for e in cpu]), name_id=self._intern([e.name for e in cpu]),
+            seq=np.array([e.args.seq if e.args is not None and e.args.seq is not None else -1
+                          for e in cpu], dtype=np.int64))
+
+    def _ann_events(self, group: list, on_dev: bool, exact: bool) -> dict[str, np.ndarray]:
+        return dict(
+            start_ns=_ns([e.ts for e in group], exact), dur_ns=_ns([e.dur for e in group], exact),
+            pid=self._ints([e.pid for e in group]), tid=self._ints([e.tid for e in group]),
+            name_id=self._intern([e.name for e in group]),
+            on_device=np.full(len(group), on_dev, dtype=np.bool_))
 
     def part(self) -> tuple:
         """What a helper process hands back for one chunk (see merge)."""
@@ -1094,7 +1132,21 @@ def _return_freed_heap() -> None:
 
 def _load(path: Path, reader: _Reader, fast: Callable, exact: Callable, block: int,
           helper: "_Helper | None" = None) -> TraceTables:
-    # head: everything up to the traceEvents array is metadata
+    metadata, buf, base = _read_head(path, reader, block)
+    events = _EventsReader(path, reader, fast, exact, block, helper, buf, base)
+    del buf
+    tail, tail_offset = events.run()
+    metadata.update(_parse_tail(path, tail, tail_offset))
+    tables = events.builder.finish(path, metadata)
+    if not (len(tables.ops) or len(tables.runtime) or len(tables.cpu_ops) or len(tables.ranges)):
+        raise UserError(f"{path}: not a torch.profiler trace (traceEvents has no cpu_op, kernel, runtime "
+                        f"or annotation events)")
+    return tables
+
+
+def _read_head(path: Path, reader: _Reader, block: int) -> tuple[dict[str, Any], bytes, int]:
+    """(metadata before traceEvents, the bytes read after its `[`, their offset in the stream):
+    everything up to the traceEvents array is metadata."""
     head = reader.read(block)
     first = head.lstrip(_WS + b"\xef\xbb\xbf")[:8]
     if not first:
@@ -1108,91 +1160,121 @@ def _load(path: Path, reader: _Reader, fast: Callable, exact: Callable, block: i
         m = _TRACE_EVENTS.search(head)
     if m is None:
         raise UserError(f"{path}: not a torch.profiler trace (no traceEvents array)")
-    metadata = _parse_head(path, head[:m.start()])
-    buf = head[m.end():]
-    base = m.end()  # offset of buf[0] in the decompressed stream
-    del head
+    return _parse_head(path, head[:m.start()]), head[m.end():], m.end()
 
-    builder = _Builder()
-    tail: bytes | None = None
-    need_more = False
-    # a chunk handed to the helper process: (buf before it was cut off, its base, blocks read since);
-    # should the helper not table it, reading goes back to that chunk and this process decodes it
-    pending: tuple[bytes, int, list[bytes]] | None = None
-    local_next = False
-    while tail is None:
-        if not reader.eof and (need_more or len(buf) < block):
-            more = reader.read(block)
-            buf += more
-            need_more = False
-            if pending is not None:
-                pending[2].append(more)
-        final = reader.eof
-        cut = None if final else _last_boundary(buf, 0)
-        if not final and cut is None:
-            need_more = True
-            continue
-        text = b"[" + buf if final else b"[" + buf[:cut[0]] + b"]"
-        if helper is not None and helper.alive and pending is None and not final and not local_next:
-            helper.send(text)
-            pending = (buf, base, [])
-            buf = buf[cut[1]:]
-            base += cut[1]
-            continue
-        local_next = False
-        err: _Signal | None = None
-        try:
-            events = fast(text)
-        except _Signal as exc:
-            events, err = None, exc
-        if pending is not None:  # the chunk before this one, at the helper: it comes first
-            part = helper.result() if helper is not None else None
-            if part is None:
-                buf, base = pending[0] + b"".join(pending[2]), pending[1]
-                pending, events, err, need_more, local_next = None, None, None, False, True
+
+class _EventsReader:
+    """The traceEvents array, chunk by chunk into `builder`: each chunk is cut at the last event
+    boundary read (`cut`: (end of an event, start of the next); None for the final chunk, at the
+    end of the file), decoded here or handed to the helper process."""
+
+    def __init__(self, path: Path, reader: _Reader, fast: Callable, exact: Callable, block: int,
+                 helper: "_Helper | None", buf: bytes, base: int):
+        self.path, self.reader, self.fast, self.exact, self.block, self.helper = path, reader, fast, exact, block, helper
+        self.builder = _Builder()
+        self.buf = buf
+        self.base = base  # offset of buf[0] in the decompressed stream
+        self.need_more = False
+        # a chunk handed to the helper process: (buf before it was cut off, its base, blocks read since);
+        # should the helper not table it, reading goes back to that chunk and this process decodes it
+        self.pending: tuple[bytes, int, list[bytes]] | None = None
+        self.local_next = False
+
+    def run(self) -> tuple[bytes, int]:
+        """(what follows the array, its offset in the stream): every chunk tabled."""
+        while True:
+            self._fill()
+            cut = None if self.reader.eof else _last_boundary(self.buf, 0)
+            if cut is None and not self.reader.eof:
+                self.need_more = True
                 continue
-            pending = None
-            builder.merge(part)
-            del part
-        try:
-            if err is not None:
-                raise err
-        except _Trailing as t:  # the array ends inside this text: what follows is metadata
-            err = None
+            text = b"[" + self.buf if cut is None else b"[" + self.buf[:cut[0]] + b"]"
+            if cut is not None and self._hand_over(text, cut):
+                continue
+            self.local_next = False
+            err: _Signal | None = None
             try:
-                events = fast(text[:t.end])
-            except (_Trailing, _AtEnd, _Malformed):
-                raise UserError(f"{path}: malformed JSON in traceEvents at byte {base + t.end - 1}") from None
-            _add(builder, events, text[:t.end], exact)
-            rest = text[t.end:] if final else text[t.end:-1] + buf[cut[0]:]
-            tail_offset = base + t.end - 1
-            tail = rest + reader.read(TAIL_LIMIT_BYTES)
-            if not reader.eof:
-                raise UserError(f"{path}: malformed JSON after traceEvents (over 64 MB of trailing data)")
-            break
-        except _Deep:
-            raise UserError(f"{path}: {_deep_event(text, builder.event_count)}") from None
-        except _AtEnd:
-            err = None
-            if final:
-                raise UserError(f"{path}: truncated trace (the traceEvents array is not closed)") from None
-            need_more = True  # the cut fell inside a value: take a later boundary
-            continue
-        except _Malformed as exc:
-            at = f" at byte {base + exc.pos - 1}" if exc.pos is not None else ""
-            raise UserError(f"{path}: malformed JSON in traceEvents{at} ({exc.msg})") from None
-        if final:  # decoded to the very end without the closing of the top-level object
-            raise UserError(f"{path}: truncated trace (the top-level object is not closed)")
-        _add(builder, events, text, exact)
-        buf = buf[cut[1]:]
-        base += cut[1]
+                events = self.fast(text)
+            except _Signal as exc:
+                events, err = None, exc
+            if not self._merge_pending():
+                continue
+            if err is not None:
+                end = self._signalled(err, text, cut)
+                if end is not None:
+                    return end
+                continue
+            if cut is None:  # decoded to the very end without the closing of the top-level object
+                raise UserError(f"{self.path}: truncated trace (the top-level object is not closed)")
+            _add(self.builder, events, text, self.exact)
+            self._advance(cut)
 
-    metadata.update(_parse_tail(path, tail, tail_offset))
-    tables = builder.finish(path, metadata)
-    if not (len(tables.ops) or len(tables.runtime) or len(tables.cpu_ops) or len(tables.ranges)):
-        raise UserError(f"{path}: not a torch.profiler trace (traceEvents has no cpu_op, kernel, runtime "
-                        f"or annotation events)")
-    return tables
+    def _fill(self) -> None:
+        if not self.reader.eof and (self.need_more or len(self.buf) < self.block):
+            more = self.reader.read(self.block)
+            self.buf += more
+            self.need_more = False
+            if self.pending is not None:
+                self.pending[2].append(more)
+
+    def _advance(self, cut: tuple[int, int]) -> None:
+        self.buf = self.buf[cut[1]:]
+        self.base += cut[1]
+
+    def _hand_over(self, text: bytes, cut: tuple[int, int]) -> bool:
+        """Send the chunk to the helper process when it is free (and the chunk is not one it gave back)."""
+        helper = self.helper
+        if helper is None or not helper.alive or self.pending is not None or self.local_next:
+            return False
+        helper.send(text)
+        self.pending = (self.buf, self.base, [])
+        self._advance(cut)
+        return True
+
+    def _merge_pending(self) -> bool:
+        """The chunk before this one, at the helper, comes first: merge it. False when the helper
+        did not table it: reading then goes back to it, to decode it here."""
+        pending = self.pending
+        if pending is None:
+            return True
+        part = self.helper.result() if self.helper is not None else None
+        self.pending = None
+        if part is None:
+            self.buf, self.base = pending[0] + b"".join(pending[2]), pending[1]
+            self.need_more, self.local_next = False, True
+            return False
+        self.builder.merge(part)
+        return True
+
+    def _signalled(self, err: _Signal, text: bytes, cut: tuple[int, int] | None) -> tuple[bytes, int] | None:
+        """A decoder's finding about the chunk: the end of the array (what follows it, and its
+        offset), a cut inside a value (None: take a later boundary), or a one-line UserError."""
+        path = self.path
+        if isinstance(err, _Trailing):  # the array ends inside this text: what follows is metadata
+            return self._end_of_array(text, err.end, cut)
+        if isinstance(err, _Deep):
+            raise UserError(f"{path}: {_deep_event(text, self.builder.event_count)}") from None
+        if isinstance(err, _AtEnd):
+            if cut is None:
+                raise UserError(f"{path}: truncated trace (the traceEvents array is not closed)") from None
+            self.need_more = True  # the cut fell inside a value: take a later boundary
+            return None
+        if isinstance(err, _Malformed):
+            at = f" at byte {self.base + err.pos - 1}" if err.pos is not None else ""
+            raise UserError(f"{path}: malformed JSON in traceEvents{at} ({err.msg})") from None
+        raise err
+
+    def _end_of_array(self, text: bytes, end: int, cut: tuple[int, int] | None) -> tuple[bytes, int]:
+        try:
+            events = self.fast(text[:end])
+        except (_Trailing, _AtEnd, _Malformed):
+            raise UserError(f"{self.path}: malformed JSON in traceEvents at byte {self.base + end - 1}") from None
+        _add(self.builder, events, text[:end], self.exact)
+        rest = text[end:] if cut is None else text[end:-1] + self.buf[cut[0]:]
+        tail = rest + self.reader.read(TAIL_LIMIT_BYTES)
+        if not self.reader.eof:
+            raise UserError(f"{self.path}: malformed JSON after traceEvents (over 64 MB of trailing data)")
+        return tail, self.base + end - 1
 
 
 def _add(builder: _Builder, events: list, text: bytes, exact: Callable) -> None:

@@ -219,13 +219,7 @@ def compute_metrics(tables: TraceTables, windows: Iterable[str] | None = None, *
     view = _DeviceView(t, dev, short_ns) if dev is not None else None
     analyzer = HostIdleAnalyzer(t, dev, short_ns, busy=view.all) if view is not None else None
     steps = t.profiler_steps()
-    steady: list[int] = []
-    warm: list[int] = []
-    why = ""
-    if steps and analyzer is not None:
-        steady, warm, why = classify_steps(analyzer, steps)
-    elif steps:
-        steady = list(steps)
+    steady, warm, why = _split_steps(analyzer, steps)
     if steps and steady:
         found.insert(1, finder.step_group(STEADY, "steady_steps", [steps[n] for n in steady]))
     if warm:
@@ -236,6 +230,35 @@ def compute_metrics(tables: TraceTables, windows: Iterable[str] | None = None, *
         found = [w for w in found if w.name in want or ("steps" in want and w.name.startswith("step:"))]
     host = _HostView(t)
     src = source if source is not None else str(t.path)
+    notes = _notes(t, dev)
+    steady_iv = _steady_intervals(steps, steady)
+    out: dict[str, TraceMetrics] = {}
+    for w in found:
+        m = TraceMetrics(source=src, window=w.name, device_kind=t.device_kind, window_source=w.source,
+                         range_count=w.range_count, short_gap_threshold_us=short_gap_us, notes=list(notes),
+                         dropped_events=sum(t.dropped.values()), dropped=dict(t.dropped))
+        _host_metrics(m, host, w)
+        if view is None or analyzer is None:  # (both are, or neither)
+            m.device_unavailable = device_unavailable_reason(t)
+        else:
+            m.device = dev
+            _device_metrics(m, view, w, recompute)
+            m.host_idle = _host_idle(analyzer, w, steady_iv, len(steady) if w.name == STEADY else
+                                     len(warm) if w.name == WARMUP else 0, bool(steps))
+        _step_fields(m, w, steps, steady, warm, why)
+        out[w.name] = m
+    return out
+
+
+def _split_steps(analyzer: HostIdleAnalyzer | None,
+                 steps: dict[int, tuple[int, int]]) -> tuple[list[int], list[int], str]:
+    """(steady steps, warm-up steps, why): every step is steady when there is no device to judge by."""
+    if steps and analyzer is not None:
+        return classify_steps(analyzer, steps)
+    return list(steps), [], ""
+
+
+def _notes(t: TraceTables, dev: int | None) -> list[str]:
     notes = []
     if dev is not None and len(np.unique(t.ops.device)) > 1:
         notes.append(f"the trace has {len(np.unique(t.ops.device))} devices; device metrics describe "
@@ -243,31 +266,25 @@ def compute_metrics(tables: TraceTables, windows: Iterable[str] | None = None, *
     dropped = t.dropped_note()
     if dropped:
         notes.append(dropped)
-    steady_iv = None
-    if steps and steady:
-        steady_iv = iv.merge(np.array([steps[n][0] for n in steady], dtype=np.int64),
-                             np.array([steps[n][1] for n in steady], dtype=np.int64))
-    out: dict[str, TraceMetrics] = {}
-    for w in found:
-        m = TraceMetrics(source=src, window=w.name, device_kind=t.device_kind, window_source=w.source,
-                         range_count=w.range_count, short_gap_threshold_us=short_gap_us, notes=list(notes),
-                         dropped_events=sum(t.dropped.values()), dropped=dict(t.dropped))
-        _host_metrics(m, host, w)
-        if view is None:
-            m.device_unavailable = device_unavailable_reason(t)
-        else:
-            m.device = dev
-            _device_metrics(m, view, w, recompute)
-            m.host_idle = _host_idle(analyzer, w, steady_iv, len(steady) if w.name == STEADY else
-                                     len(warm) if w.name == WARMUP else 0, bool(steps))
-        if w.source == "profiler_step":
-            n = int(w.name.split(":", 1)[1])
-            m.step_phase = "warm-up" if n in warm else "steady" if n in steady or not steps else "empty"
-        if w.name == "all":
-            m.steady_steps, m.warmup_steps = steady, warm
-            _setup_only(m, steps, steady, why)
-        out[w.name] = m
-    return out
+    return notes
+
+
+def _steady_intervals(steps: dict[int, tuple[int, int]], steady: list[int]) -> tuple[np.ndarray, np.ndarray] | None:
+    if not (steps and steady):
+        return None
+    return iv.merge(np.array([steps[n][0] for n in steady], dtype=np.int64),
+                    np.array([steps[n][1] for n in steady], dtype=np.int64))
+
+
+def _step_fields(m: TraceMetrics, w: Window, steps: dict[int, tuple[int, int]], steady: list[int], warm: list[int],
+                 why: str) -> None:
+    """A step window's phase; the whole trace's steady and warm-up steps and whether it is setup only."""
+    if w.source == "profiler_step":
+        n = int(w.name.split(":", 1)[1])
+        m.step_phase = "warm-up" if n in warm else "steady" if n in steady or not steps else "empty"
+    if w.name == "all":
+        m.steady_steps, m.warmup_steps = steady, warm
+        _setup_only(m, steps, steady, why)
 
 
 def _host_idle(an: HostIdleAnalyzer, w: Window, steady_iv: tuple[np.ndarray, np.ndarray] | None, steps: int,

@@ -49,7 +49,8 @@ def facts_from_trace_dir(path: str | Path) -> Facts:
     facts = Facts()
     facts.settings.command = "analyze"
     facts.unavailable.update(NOT_IN_A_TRACE)
-    rows, seen = [], {}
+    rows: list[RankRow] = []
+    seen: dict[int, str] = {}
     for i, f in enumerate(files):
         tables = load_trace(f)
         rank = _rank(tables, f, i)
@@ -117,16 +118,16 @@ def _summary(rows: list[RankRow]) -> RankSummary:
     if len(judged) < 2:
         s.note = "fewer than two ranks with device metrics: nothing to compare"
         return s
-    steps = [r.step_ms for r in judged]
+    steps = [r.step_ms for r in rows if r.step_ms is not None]
     med = statistics.median(steps)
     s.step_ms_median = med
     s.step_ms_spread_pct = 100 * (max(steps) - min(steps)) / med if med else None
     idle = [r.idle_share for r in judged if r.idle_share is not None]
     s.idle_share_spread = max(idle) - min(idle) if idle else None
-    own = [r for r in judged if r.own_ms is not None]
+    own = [(r.rank, r.own_ms) for r in judged if r.own_ms is not None]
     if own:
-        worst = max(own, key=lambda r: r.own_ms)
-        s.straggler_rank = worst.rank
-        s.own_ms_median = statistics.median([r.own_ms for r in own])
-        s.straggler_own_ms = worst.own_ms
+        worst_rank, worst_ms = max(own, key=lambda ro: ro[1])
+        s.straggler_rank = worst_rank
+        s.own_ms_median = statistics.median([ms for _, ms in own])
+        s.straggler_own_ms = worst_ms
     return s

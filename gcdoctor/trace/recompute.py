@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gcdoctor.trace.tables import TraceTables
+from gcdoctor.trace.tables import CpuOps, TraceTables
 
 NODE_PREFIX = "autograd::engine::evaluate_function: "
 # the reentrant form's autograd.Function: torch.utils.checkpoint.CheckpointFunction and
@@ -91,25 +91,47 @@ def find_recompute(t: TraceTables) -> RecomputeFound | None:
     if not len(c):
         return None
     names = np.asarray(t.names, dtype=object)
-    op_names = names[c.name_id]
     ids_node = np.array([i for i, n in enumerate(t.names) if n.startswith(NODE_PREFIX)], dtype=np.int64)
     if not len(ids_node):
         return None
     is_node = np.isin(c.name_id, ids_node)
+    method, cand = _candidates(t, names[ids_node], is_node)
+    if not cand.any():
+        return None
+    found = _hosted_ops(c, is_node, cand)
+    if found is None:
+        return None
+    hosts, ops = found
+    notes: list[str] = []
+    if method == METHOD_SEQUENCE:
+        hosts, ops = _without_double_backward(t, hosts, ops, notes)
+        if not len(ops):
+            return None
+    if method == METHOD_NAMES:
+        notes.append("the trace's cpu ops carry no autograd sequence numbers: regions found from op names, "
+                     "approximately")
+    return _regions(c, names[c.name_id], hosts, ops, method, notes)
+
+
+def _candidates(t: TraceTables, node_names: np.ndarray, is_node: np.ndarray) -> tuple[str, np.ndarray]:
+    """(method, which cpu ops may be recomputed): those with an autograd sequence number, else
+    forward-only op names."""
+    c = t.cpu_ops
     # the node's own apply range ("MmBackward0" inside "...evaluate_function: MmBackward0") has one too
-    applied = {n[len(NODE_PREFIX):] for n in names[ids_node]}
+    applied = {n[len(NODE_PREFIX):] for n in node_names}
     ids_apply = np.array([i for i, n in enumerate(t.names) if n in applied], dtype=np.int64)
     seq = c.seq if len(c.seq) == len(c) else np.full(len(c), -1, dtype=np.int64)
     # autograd's own ranges carry sequence numbers too; any other op that does is a forward op
     has_seq = (seq >= 0) & ~is_node & ~np.isin(c.name_id, ids_apply)
     if has_seq.any():
-        method, cand = METHOD_SEQUENCE, has_seq
-    else:
-        ids_fwd = np.array([i for i, n in enumerate(t.names) if n in FORWARD_ONLY_OPS], dtype=np.int64)
-        method, cand = METHOD_NAMES, np.isin(c.name_id, ids_fwd)
-    if not cand.any():
-        return None
+        return METHOD_SEQUENCE, has_seq
+    ids_fwd = np.array([i for i, n in enumerate(t.names) if n in FORWARD_ONLY_OPS], dtype=np.int64)
+    return METHOD_NAMES, np.isin(c.name_id, ids_fwd)
 
+
+def _hosted_ops(c: CpuOps, is_node: np.ndarray, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(row of the innermost backward node hosting it, row) of each candidate op inside a backward
+    node on its own thread; None when no candidate is."""
     starts, ends = c.start_ns, c.start_ns + c.dur_ns
     host_rows: list[np.ndarray] = []  # per recomputed op: row of its innermost backward node
     op_rows: list[np.ndarray] = []
@@ -125,20 +147,28 @@ def find_recompute(t: TraceTables) -> RecomputeFound | None:
         op_rows.append(orow[inside])
     if not host_rows or not sum(len(h) for h in host_rows):
         return None
-    hosts = np.concatenate(host_rows)
-    ops = np.concatenate(op_rows)
-    notes = []
-    if method == METHOD_SEQUENCE:
-        ids_bwd = [i for i, n in enumerate(t.names) if BACKWARD_OP in n.lower() and not n.startswith(NODE_PREFIX)]
-        if np.isin(c.name_id[ops], ids_bwd).any():
-            ids_fwd = [i for i, n in enumerate(t.names) if n in FORWARD_ONLY_OPS]
-            replaying = np.unique(hosts[np.isin(c.name_id[ops], ids_fwd)])
-            keep = np.isin(hosts, replaying)
-            notes.append(f"a double backward (create_graph=True) records graph nodes in backward too: "
-                         f"{len(np.unique(hosts[~keep]))} backward nodes without a forward-only op left out")
-            hosts, ops = hosts[keep], ops[keep]
-            if not len(ops):
-                return None
+    return np.concatenate(host_rows), np.concatenate(op_rows)
+
+
+def _without_double_backward(t: TraceTables, hosts: np.ndarray, ops: np.ndarray,
+                             notes: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """In a trace with a double backward, only the nodes that replay a forward-only op (noted)."""
+    name_id = t.cpu_ops.name_id[ops]
+    ids_bwd = [i for i, n in enumerate(t.names) if BACKWARD_OP in n.lower() and not n.startswith(NODE_PREFIX)]
+    if not np.isin(name_id, ids_bwd).any():
+        return hosts, ops
+    ids_fwd = [i for i, n in enumerate(t.names) if n in FORWARD_ONLY_OPS]
+    replaying = np.unique(hosts[np.isin(name_id, ids_fwd)])
+    keep = np.isin(hosts, replaying)
+    notes.append(f"a double backward (create_graph=True) records graph nodes in backward too: "
+                 f"{len(np.unique(hosts[~keep]))} backward nodes without a forward-only op left out")
+    return hosts[keep], ops[keep]
+
+
+def _regions(c: CpuOps, op_names: np.ndarray, hosts: np.ndarray, ops: np.ndarray, method: str,
+             notes: list[str]) -> RecomputeFound:
+    """One region per hosting node, from its first recomputed op's start to its last one's end."""
+    starts, ends = c.start_ns, c.start_ns + c.dur_ns
     uniq, inv = np.unique(hosts, return_inverse=True)
     h0 = np.full(len(uniq), np.iinfo(np.int64).max, dtype=np.int64)
     h1 = np.zeros(len(uniq), dtype=np.int64)
@@ -151,9 +181,6 @@ def find_recompute(t: TraceTables) -> RecomputeFound | None:
         host_nodes[n] = host_nodes.get(n, 0) + 1
     reentrant = sum(v for k, v in host_nodes.items() if REENTRANT_NODE in k)
     kind = "reentrant" if reentrant == len(uniq) else "non-reentrant" if reentrant == 0 else "mixed"
-    if method == METHOD_NAMES:
-        notes.append("the trace's cpu ops carry no autograd sequence numbers: regions found from op names, "
-                     "approximately")
     return RecomputeFound(h0[order], h1[order], method, kind, len(ops), host_nodes, notes)
 
 
