@@ -64,3 +64,16 @@ def test_trace_package_imports_neither_torch_nor_pandas():
             "print(sorted(m for m in ('torch', 'pandas', 'textual') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code, str(HANDMADE)], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_same_trace_gives_the_same_facts_whatever_the_hash_seed(tmp_path):
+    import os
+    trace = Path(__file__).resolve().parents[1] / "samples" / "traces" / "h200-host" / "healthy.json.gz"
+    dumps = []
+    for seed in ("1", "2"):
+        out = tmp_path / seed
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        subprocess.run([sys.executable, "-m", "gcdoctor", "analyze", str(trace), "--out", str(out), "--json"],
+                       env=env, check=True, capture_output=True)
+        dumps.append(json.dumps(json.loads((out / "facts.json").read_text())["trace"]))
+    assert dumps[0] == dumps[1]

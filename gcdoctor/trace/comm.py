@@ -19,14 +19,13 @@ import numpy as np
 from gcdoctor.facts.distributed import KINDS, PHASES, CollectiveCount, CommMetrics
 from gcdoctor.trace import intervals as iv
 from gcdoctor.trace.metrics import primary_device
-from gcdoctor.trace.tables import KERNEL, TraceTables
+from gcdoctor.trace.tables import KERNEL, TraceTables, is_comm_kernel
 
 LABEL = "gcdoctor/"
 _COLLECTIVE_OP = re.compile(r"^(c10d|_c10d_functional)::")
 _NOT_A_CALL = re.compile(r"wait|work|barrier_", re.I)  # waits on a call, not calls
 _KIND = (("all_gather", re.compile(r"all_?gather", re.I)), ("reduce_scatter", re.compile(r"reduce_?scatter", re.I)),
          ("all_reduce", re.compile(r"all_?reduce", re.I)), ("broadcast", re.compile(r"broadcast", re.I)))
-COMM_KERNEL = re.compile(r"^(nccl|rccl|mccl)|nccl(Dev)?Kernel", re.I)
 _HOST_COMM_RANGE = re.compile(r"^gloo:")
 
 
@@ -35,10 +34,6 @@ def collective_kind(name: str) -> str:
         if pattern.search(name):
             return kind
     return "other"
-
-
-def is_comm_kernel(name: str) -> bool:
-    return bool(COMM_KERNEL.search(name))
 
 
 def _label_intervals(t: TraceTables, exact: str | None = None, prefix: str | None = None,

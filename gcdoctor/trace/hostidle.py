@@ -34,7 +34,7 @@ import numpy as np
 
 from gcdoctor.facts.trace import HostIdle
 from gcdoctor.trace import intervals as iv
-from gcdoctor.trace.tables import KERNEL, TraceTables
+from gcdoctor.trace.tables import KERNEL, TraceTables, is_comm_kernel
 
 SYNC, SETUP, DATA, DISPATCH, PYTHON, UNRECORDED, QUEUED = range(7)
 CAUSE_NAMES = ("sync", "setup", "data", "dispatch", "python", "unrecorded", "queued")
@@ -190,8 +190,6 @@ class HostIdleAnalyzer:
 
     def __init__(self, t: TraceTables, device: int | None, short_ns: int, busy: iv.Cover | None = None):
         """`busy`: the union of the device's ops where the caller has it already (saves memory)."""
-        from gcdoctor.trace.comm import is_comm_kernel  # (comm imports metrics, which imports this)
-
         self.t = t
         self.short_ns = short_ns
         rt = t.runtime
@@ -397,6 +395,9 @@ class HostIdleAnalyzer:
             setattr(h, attr, int(out[code]) / 1e3)
         if largest[1] >= 0:
             self._largest(h, *largest)
+        # the name maps largest first, ties by name: the same trace gives the same facts.json
+        for attr in ("sync_calls", "sync_ops", "setup_calls", "queued_ops"):
+            setattr(h, attr, dict(sorted(getattr(h, attr).items(), key=lambda kv: (-kv[1], kv[0]))))
         # the host work after drained queues that the device's own work could have hidden had the
         # host run ahead (no sync): at most the device work beyond the host's own work
         host_work = h.window_us - h.sync_call_us

@@ -14,6 +14,15 @@ import numpy as np
 
 # DeviceOps.kind
 KERNEL, MEMCPY, MEMSET = 0, 1, 2
+
+# a collective's kernel (NCCL on NVIDIA, RCCL on AMD, MCCL on Moore Threads)
+COMM_KERNEL = re.compile(r"^(nccl|rccl|mccl)|nccl(Dev)?Kernel", re.I)
+
+
+def is_comm_kernel(name: str) -> bool:
+    return bool(COMM_KERNEL.search(name))
+
+
 KIND_NAMES = ("kernel", "memcpy", "memset")
 
 # DeviceOps.copy_dir: the direction word in a memcpy name ("Memcpy HtoD (Pageable -> Device)")
