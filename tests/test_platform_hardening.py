@@ -276,6 +276,25 @@ def test_mkvenv_sees_the_outer_environments_packages(tmp_path: Path) -> None:
     assert r.stdout.strip() == "9.9+vendor", r.stderr
 
 
+def test_cpu_adam_is_built_at_install_for_a_gpu_or_for_the_tests_and_never_without_a_compiler(monkeypatch,
+                                                                                               capsys) -> None:
+    import importlib.util
+    import shutil
+    import torch
+    spec = importlib.util.spec_from_file_location("mkvenv", REPO / "tools" / "mkvenv.py")
+    mkvenv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mkvenv)
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/g++" if name in ("c++", "g++") else None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert mkvenv.main(["--cpu-adam"]) == 0 and capsys.readouterr().out == "0\n"  # no GPU: not for a run
+    assert mkvenv.main(["--cpu-adam", "--tests"]) == 0 and capsys.readouterr().out == "1\n"  # the tests run it
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert mkvenv.main(["--cpu-adam"]) == 0 and capsys.readouterr().out == "1\n"
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert mkvenv.main(["--cpu-adam", "--tests"]) == 0 and capsys.readouterr().out == "0\n"
+    assert mkvenv.main(["--cpu-adam", "--bogus"]) == 2
+
+
 # -- no surprise compile ----------------------------------------------------------------------------
 def test_cpu_adam_compile_is_a_step_of_its_own(monkeypatch) -> None:
     from types import SimpleNamespace

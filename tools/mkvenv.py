@@ -17,6 +17,8 @@ set-up (without a browser those tests skip, and pytest's summary says which and 
 
 `--cpu-adam` prints 1 where DeepSpeed's CPU Adam op should be built at install time (a GPU is
 visible and a C++ compiler exists), else 0: the value of DS_BUILD_CPU_ADAM for the set-up command.
+`--cpu-adam --tests` prints 1 wherever a C++ compiler and torch exist: the tests run the ZeRO-Offload
+variant on the CPU too, so the test set-up builds the op with DeepSpeed instead of inside the tests.
 Stdlib only: it runs before anything is installed.
 """
 from __future__ import annotations
@@ -59,14 +61,17 @@ def make_venv(target: Path) -> Path:
     return target
 
 
-def want_cpu_adam() -> str:
-    """'1' where building DeepSpeed's CPU Adam at install time pays: a GPU and a compiler."""
+def want_cpu_adam(tests: bool = False) -> str:
+    """'1' where building DeepSpeed's CPU Adam at install time pays: a GPU and a compiler (for the
+    tests: a compiler)."""
     if not (shutil.which("c++") or shutil.which("g++")):
         return "0"
     try:
         import torch  # noqa: PLC0415 - optional: only asked where torch is installed
     except ImportError:
         return "0"
+    if tests:
+        return "1"
     musa = getattr(torch, "musa", None)
     gpu = torch.cuda.is_available() or bool(musa is not None and musa.is_available())
     return "1" if gpu else "0"
@@ -98,14 +103,14 @@ def install_browser() -> str:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--cpu-adam"]:
-        print(want_cpu_adam())
+    if argv in (["--cpu-adam"], ["--cpu-adam", "--tests"]):
+        print(want_cpu_adam(tests=argv[1:] == ["--tests"]))
         return 0
     if argv[:1] == ["--browser"]:
         print(install_browser())
         return 0
     if len(argv) != 1:
-        print("usage: python3 tools/mkvenv.py VENV_DIR | --browser | --cpu-adam", file=sys.stderr)
+        print("usage: python3 tools/mkvenv.py VENV_DIR | --browser | --cpu-adam [--tests]", file=sys.stderr)
         return 2
     make_venv(Path(argv[0]))
     return 0
