@@ -61,3 +61,9 @@ def test_built_wheel_contains_probes_rules_and_model_configs(tmp_path):
                    "gcdoctor/tui/app.tcss"):
         assert needed in names, needed
     assert not any(n.startswith(("probes/", "rules/", "tests/")) for n in names)
+
+
+def test_no_import_cycle_among_the_modules():
+    r = subprocess.run([sys.executable, "tools/import_cycles.py"], cwd=REPO, capture_output=True, text=True,
+                       timeout=60)
+    assert (r.returncode, r.stdout.strip().splitlines()[-1]) == (0, "0 import cycles"), r.stdout
