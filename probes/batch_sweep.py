@@ -37,9 +37,9 @@ class SweepProbe:
         for variant in VARIANTS:
             ctx.check_stop()
             t_variant = time.monotonic()
-            # the variant's model, its step factory and `measure` live in _variant's frame: they are
-            # dropped when it returns, or the model would stay on the device through the next
-            # variant's build and the probes after the sweep
+            # the variant's model, its step factory and `measure` live in _variant's frame and are
+            # dropped there, or the model would stay on the device through the next variant's build
+            # and the probes after the sweep
             best = self._variant(ctx, facts, variant, fixed, compare_batch)
             if variant == "no_gc":
                 compare_batch = best
@@ -111,6 +111,9 @@ class SweepProbe:
         if cfg.memory_snapshot and variant == "gc" and best and model is not None:
             ctx.progress(self.name, variant, best, message="memory snapshot")
             self._memory_snapshot(ctx, variant, best, model, facts)
+        # an out-of-memory step's traceback can outlive this call and keep this frame, with its locals,
+        # alive (torch holds the last error): drop the model and the two closures that hold it here
+        del model, make_step, measure
         return best
 
     def _fixed(self, ctx, facts: SweepFacts, variant: str, fixed: list[int], measure) -> int | None:
