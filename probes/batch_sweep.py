@@ -30,6 +30,8 @@ class SweepProbe:
         facts = SweepFacts(target_batch=cfg.target_batch)
         fixed = self._fixed_batches(ctx)
         facts.searched = fixed is None
+        if fixed is not None:
+            facts.fixed_by = "--batch-sizes" if ctx.config.batch_sizes is not None else "cpu-default"
         ctx.facts.sweep = facts
         if facts.searched:
             self._model_facts(ctx)

@@ -41,6 +41,9 @@ class OomBoundaryGainRule(Rule):
         if sweep is None:
             return self.inconclusive(facts.missing_reason("sweep.max_batch"))
         if not sweep.searched:
+            if sweep.fixed_by == "cpu-default":
+                return self.inconclusive("on the CPU without --memory-limit the sweep measures a few fixed batch "
+                                         "sizes: no search for the largest batch (give --memory-limit)")
             return self.inconclusive("batch sizes were fixed (--batch-sizes): no search for the largest batch")
         off, on = sweep.max_batch.get("no_gc"), sweep.max_batch.get("gc")
         capped_on = sweep.max_batch_capped.get("gc", False)

@@ -100,10 +100,16 @@ def test_gc003_oom_boundary(no_gc, gc, capped, status, severity, headline):
     assert (v.status, v.severity, v.headline) == (status, severity, headline)
 
 
-def test_gc003_needs_a_search(h200):
-    [v] = judge("GC003", h200)
+def test_gc003_needs_a_search_and_says_who_fixed_the_batch_sizes(h200):
+    [v] = judge("GC003", h200)  # recorded before the sweep said who fixed them
     assert v.status == "inconclusive"
-    assert "batch sizes were fixed" in v.headline
+    assert v.headline.endswith("batch sizes were fixed (--batch-sizes): no search for the largest batch")
+    cpu = copy.deepcopy(h200)
+    cpu.sweep.fixed_by = "cpu-default"  # the CPU without --memory-limit, nothing passed by the user
+    [v] = judge("GC003", cpu)
+    assert v.status == "inconclusive" and "--batch-sizes" not in v.headline
+    assert v.headline.endswith("on the CPU without --memory-limit the sweep measures a few fixed batch sizes: "
+                               "no search for the largest batch (give --memory-limit)")
 
 
 def test_gc004_on_the_h200_and_on_a_smaller_card(h200):

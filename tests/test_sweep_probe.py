@@ -82,6 +82,7 @@ def test_checkpointing_lowers_peak_at_equal_batch(micro_llama, tmp_path):
 
 def test_run_directory_is_complete_and_reloadable(micro_llama, tmp_path):
     s = run_sweep(micro_llama, tmp_path / "r", batch_sizes=[1, 2])
+    assert (s.facts.sweep.searched, s.facts.sweep.fixed_by) == (False, "--batch-sizes")
     run = tmp_path / "r"
     for name in ("config.json", "facts.json", "events.jsonl", "report.md", "report.json"):
         assert (run / name).is_file(), name

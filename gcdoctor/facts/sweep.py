@@ -134,6 +134,7 @@ class SweepFacts:
 
     gc_api: str = ""  # e.g. "activation_checkpointing_enable(use_reentrant=False)"
     searched: bool = True  # False when --batch-sizes fixed the list
+    fixed_by: str = ""  # when not searched: "--batch-sizes", or "cpu-default" (the CPU without --memory-limit)
     max_batch: dict[str, int | None] = field(default_factory=dict)  # per variant; None = not found
     max_batch_capped: dict[str, bool] = field(default_factory=dict)  # search hit --max-batch
     trials: list[SearchTrial] = field(default_factory=list)
