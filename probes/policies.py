@@ -16,7 +16,8 @@
 4. The recipes are ranked (gcdoctor.recipe.rank_recipes) and the first is confirmed in a fresh
    process (the allocator probe's worker) that runs the whole setting as the user would: the
    allocator variable, the optimizer, the loss, the micro-batch and the accumulation. An OOM or
-   tokens/s more than CONFIRM_TOLERANCE_PCT off the prediction confirms the next one instead.
+   tokens/s more than CONFIRM_TOLERANCE_PCT off the prediction (or the steps' own spread, where larger)
+   confirms the next one instead.
 """
 from __future__ import annotations
 
@@ -26,15 +27,14 @@ import time
 from typing import Any, Callable
 
 from gcdoctor.run.capture import TrainingStep, free_memory
-from gcdoctor.facts.policies import (POLICY_OFFLOAD, PolicyCandidate, PolicyFacts, PolicySetting,
+from gcdoctor.facts.policies import (CONFIRM_TOLERANCE_PCT, POLICY_OFFLOAD, PolicyCandidate, PolicyFacts, PolicySetting,
                                      RecipeChoice, RecipeConfirmation)
 from gcdoctor.facts.serde import from_dict
 from gcdoctor.facts.sweep import Measurement
 from gcdoctor.probes import _policies as P
 
-CONFIRM_TOLERANCE_PCT = 5.0  # a confirmation further off its predicted tokens/s confirms the next recipe
 MAX_CONFIRMATIONS = 2  # fresh processes at most (each builds the full model)
-CPU_STEPS = 1  # measured steps per candidate on the CPU (after one warm-up); the device's --steps elsewhere
+CPU_STEPS = 3  # measured steps per candidate on the CPU (after one warm-up); the device's --steps elsewhere
 
 
 class PoliciesProbe:
@@ -340,9 +340,16 @@ class PoliciesProbe:
             c.tokens_per_s = choice.accumulation * choice.micro_batch * ctx.seq_len / (m.step_ms_median / 1e3)
         if c.tokens_per_s and choice.predicted_tokens_per_s:
             c.off_pct = round(100.0 * (c.tokens_per_s / choice.predicted_tokens_per_s - 1.0), 1)
-            if abs(c.off_pct) > CONFIRM_TOLERANCE_PCT:
+            # a difference inside the steps' own spread is noise, not a wrong prediction
+            measured = next((x.measurement for x in ctx.facts.policies.candidates
+                             if x.setting == s and x.measurement is not None), None)
+            noise = max(_spread_pct(c.step_ms), _spread_pct(measured.step_ms if measured is not None else []))
+            c.tolerance_pct = round(max(CONFIRM_TOLERANCE_PCT, noise), 1)
+            if abs(c.off_pct) > c.tolerance_pct:
+                why = (f"{c.tolerance_pct:g} %, the steps' own spread" if noise > CONFIRM_TOLERANCE_PCT
+                       else f"{CONFIRM_TOLERANCE_PCT:g} %")
                 c.rejected = (f"{c.tokens_per_s:,.0f} tokens/s confirmed against {choice.predicted_tokens_per_s:,.0f} "
-                              f"predicted ({c.off_pct:+.1f} %, more than {CONFIRM_TOLERANCE_PCT:g} % off)")
+                              f"predicted ({c.off_pct:+.1f} %, more than {why} off)")
         return c
 
 
@@ -368,6 +375,12 @@ def _kept_and_timed(facts: PolicyFacts, checks: dict[str, P.CheckResult]) -> lis
         if ms is not None:
             out.append((c, c.check.saved_bytes_per_layer, ms))
     return out
+
+
+def _spread_pct(step_ms: list[float]) -> float:
+    """How far the slowest timed step is above the fastest, in %; 0 for fewer than two steps."""
+    steps = [x for x in step_ms if x and x > 0]
+    return 100.0 * (max(steps) / min(steps) - 1.0) if len(steps) >= 2 else 0.0
 
 
 def _pct_less(a: float, b: float) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gcdoctor.types import Evidence, Rule, Verdict
 from gcdoctor.facts import Facts
-from gcdoctor.facts.policies import PolicyFacts, RecipeChoice, RecipeConfirmation
+from gcdoctor.facts.policies import CONFIRM_TOLERANCE_PCT, PolicyFacts, RecipeChoice, RecipeConfirmation
 from gcdoctor.recipe import (ASSUMED, batch_words, describe, extras_words, largest_batch_recipe, pick, points,
                              policy_words, rank_recipes, rejected, same)
 from gcdoctor.units import fmt_bytes
@@ -36,7 +36,11 @@ def _figures(choice: RecipeChoice, conf: RecipeConfirmation | None) -> str:
                 f"{_tok(choice.predicted_tokens_per_s)}: not confirmed")
     if conf is not None and conf.tokens_per_s is not None:
         peak = f", peak {_gib(conf.peak_allocated_bytes)}" if conf.peak_allocated_bytes is not None else ""
-        return (f"{_tok(conf.tokens_per_s)} tok/s{peak} confirmed (predicted {_tok(choice.predicted_tokens_per_s)}"
+        noisy = (conf.off_pct is not None and conf.tolerance_pct is not None
+                 and abs(conf.off_pct) > CONFIRM_TOLERANCE_PCT)
+        within = f" within the steps' {conf.tolerance_pct:g} % spread" if noisy else ""
+        return (f"{_tok(conf.tokens_per_s)} tok/s{peak} confirmed{within} (predicted "
+                f"{_tok(choice.predicted_tokens_per_s)}"
                 + (f", {_gib(choice.predicted_peak_bytes)})" if choice.predicted_peak_bytes is not None else ")"))
     peak = f", peak {_gib(choice.predicted_peak_bytes)}" if choice.predicted_peak_bytes is not None else ""
     return f"{_tok(choice.predicted_tokens_per_s)} tok/s{peak} predicted, unconfirmed"

@@ -3,6 +3,8 @@ what it claims: read from its own profiled step (the recomputed regions gcdoctor
 finds) and from the bytes each layer keeps (the memory counter), against exact expectations."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -187,13 +189,16 @@ def test_the_probe_measures_the_policies_and_confirms_the_next_recipe_when_one_i
     measured = [c for c in pol.candidates if c.measurement is not None]
     assert measured and all(c.measurement.fits and c.largest_batch == 1 for c in measured)
     first, second = pol.confirmations
-    assert first.fits is True and "more than 5 % off" in first.rejected
+    for c in (first, second):  # 5 %, or the spread of the steps compared where larger
+        assert len(c.step_ms) == 3 and c.tolerance_pct >= 5.0
+        assert c.tolerance_pct >= round(100 * (max(c.step_ms) / min(c.step_ms) - 1), 1)
+    assert first.fits is True and abs(first.off_pct) > first.tolerance_pct
+    assert re.search(r"more than (5 %|[\d.]+ %, the steps' own spread) off\)$", first.rejected), first.rejected
     assert second.fits is True and second.tokens_per_s > 0 and second.choice.accumulation == 2
-    assert len(second.step_ms) == 1
-    if abs(second.off_pct) <= 5:
-        assert pol.confirmed() is second
+    if abs(second.off_pct) <= second.tolerance_pct:
+        assert second.rejected is None and pol.confirmed() is second
     else:
-        assert "more than 5 % off" in second.rejected and pol.confirmed() is None
+        assert "more than" in second.rejected and pol.confirmed() is None
     # the fresh process ran the recipe's own setting
     work = (tmp_path / "run" / "policies" / "confirm-1" / "work.json").read_text()
     assert '"accumulation": 2' in work and '"optimizer": "adamw-fused"' in work
@@ -219,3 +224,9 @@ def test_the_probe_uses_the_memory_wall_and_the_chunked_loss_under_a_limit(tmp_p
         elif c.measurement is not None:
             assert c.dropped.startswith("ran out of memory at batch")
     assert pol.confirmations == [] and any("no recipe to confirm" in n for n in pol.notes)
+
+
+def test_a_confirmation_is_judged_against_5_percent_or_the_steps_own_spread():
+    from gcdoctor.probes.policies import _spread_pct
+    assert _spread_pct([100.0, 112.0, 104.0]) == pytest.approx(12.0)
+    assert _spread_pct([100.0]) == 0.0 and _spread_pct([]) == 0.0

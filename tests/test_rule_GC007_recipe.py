@@ -92,6 +92,20 @@ def test_h200_confirmed_beside_predicted_and_the_rejected_candidate_said():
     assert ev["confirmation 2"] == "no checkpointing, batch 2: 9,420 tok/s, peak 106.2 GiB, +0.1% against predicted"
 
 
+def test_a_confirmation_inside_the_steps_own_spread_says_so():
+    facts = w3()
+    pf = facts.policies = h200_policies()
+    first = rank_recipes(pf, seq_len=SEQ)[0]
+    pf.confirmations = [
+        RecipeConfirmation(choice=first, fits=True, tokens_per_s=1.12 * first.predicted_tokens_per_s,
+                           peak_allocated_bytes=int(131.2 * GIB), step_ms=[100.0, 105.0, 115.0], off_pct=12.0,
+                           tolerance_pct=15.0)]
+    v = gc007(facts)
+    assert v.line.startswith(f"no checkpointing, batch 3, expandable segments: "
+                             f"{1.12 * first.predicted_tokens_per_s:,.0f} tok/s, peak 131.2 GiB confirmed within "
+                             f"the steps' 15 % spread (predicted {first.predicted_tokens_per_s:,.0f}, ")
+
+
 def test_a_target_batch_only_the_largest_fits_goes_to_layer_checkpointing():
     facts = w3()
     facts.policies = h200_policies()

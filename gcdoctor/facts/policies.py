@@ -80,6 +80,11 @@ class RecipeChoice:
     predicted_peak_bytes: int | None = None
 
 
+# a confirmation further off its predicted tokens/s than this (or than the spread of the steps
+# compared, where larger) confirms the next recipe instead
+CONFIRM_TOLERANCE_PCT = 5.0
+
+
 @dataclass
 class RecipeConfirmation:
     """A fresh process that ran the whole recipe as the user would."""
@@ -91,8 +96,10 @@ class RecipeConfirmation:
     peak_reserved_bytes: int | None = None
     step_ms: list[float] = field(default_factory=list)
     off_pct: float | None = None  # confirmed tokens/s against predicted, %
-    rejected: str | None = None  # why the next candidate was confirmed instead (OOM, > 5 % off)
+    rejected: str | None = None  # why the next candidate was confirmed instead (OOM, > tolerance off)
     seconds: float | None = None
+    # how far off still confirms: 5 %, or the step-to-step spread of the steps compared where larger
+    tolerance_pct: float | None = None
 
 
 @dataclass
