@@ -118,7 +118,7 @@ def main() -> None:
     ap.add_argument("--hta-path", help="directory to prepend to PYTHONPATH for HTA")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each tool (median reported)")
     ap.add_argument("--skip-hta", action="store_true", help="time gcdoctor only")
-    ap.add_argument("--workers", type=int, help="gcdoctor's decoding processes (default: its own choice)")
+    ap.add_argument("--workers", type=int, help="gcdoctor's decoding processes (default 1; 2 forks a helper)")
     ap.add_argument("--block-kib", type=int, help="gcdoctor's read size in KiB (default: its own)")
     a = ap.parse_args()
     if not a.trace.is_file():

@@ -15,10 +15,11 @@ How, and why this way (measured on a 215 MB trace, see docs/benchmarks.md):
 - Tabling a chunk: the common case (every event placeable, float timestamps, integer ids) takes
   each field of a category's events in one list pass straight into a column; anything else goes
   the general way, event by event, with the same result.
-- With a core to spare (parallel_ok), a forked helper process decodes and tables every other
-  chunk while this one does the next; its columns are merged in file order, so the tables are
-  the same as from one process. Any chunk the helper cannot table the common way comes back
-  undone and is read again here.
+- With `workers=2`, a forked helper process decodes and tables every other chunk while this one
+  does the next; its columns are merged in file order, so the tables are the same as from one
+  process. Any chunk the helper cannot table the common way comes back undone and is read again
+  here. Not the default: on a 2-core machine, idle or busy, it was no faster than one process and
+  took more memory (docs/benchmarks.md).
 
 Every input a user can get wrong raises UserError with one line naming the file.
 """
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import re
 import sys
 import threading
@@ -915,32 +915,7 @@ def _join_launches(op_corr: np.ndarray, rt_corr: np.ndarray) -> np.ndarray:
 
 # -- a second decoding process ----------------------------------------------------------------
 
-PARALLEL_MIN_BYTES = 48 << 20  # smaller traces load in one process: a helper would not pay for itself
 _FORK = sys.platform.startswith("linux")  # fork is cheap and safe here (the helper needs no import)
-
-
-def parallel_ok() -> bool:
-    """A helper process pays: Linux (fork), no other thread in this process (a fork copies no
-    thread, and a lock one of them held would stay held), and a core to spare: two CPUs usable by
-    this process and a load average below their count less one. On a busy machine the two
-    processes wait on each other (measured: slower than one, docs/benchmarks.md)."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        load = float(cpus)
-    return _FORK and cpus >= 2 and load < cpus - 1 and threading.active_count() == 1
-
-
-def _big(path: Path, reader: _Reader) -> bool:
-    try:
-        size = path.stat().st_size
-    except OSError:
-        return False
-    return size * (6 if reader.gzip else 1) >= PARALLEL_MIN_BYTES  # gzip: about 6x in these traces
 
 
 def _private_bytes() -> int:
@@ -1085,13 +1060,12 @@ def _parse_tail(path: Path, tail: bytes, offset: int) -> dict[str, Any]:
 
 
 def load_trace(path: str | Path, *, decoder: str = "auto", block_bytes: int = BLOCK_BYTES,
-               workers: int | None = None) -> TraceTables:
+               workers: int = 1) -> TraceTables:
     """Load a torch.profiler Chrome trace (.json or .json.gz; gzip is recognised by content).
 
     decoder: "auto" (msgspec when installed), "msgspec" or "json" (standard library).
-    workers: processes that decode (1 or 2); None picks 2 for a large file where a second core
-    is free to this process and none of its threads could be caught by a fork (parallel_ok).
-    The tables are the same either way.
+    workers: processes that decode (1 or 2; 2 forks a helper on Linux, where this process has no
+    other thread a fork could catch holding a lock). The tables are the same either way.
     Raises UserError for anything that is not a readable torch.profiler trace.
     """
     path = Path(path)
@@ -1104,9 +1078,7 @@ def load_trace(path: str | Path, *, decoder: str = "auto", block_bytes: int = BL
     reader = _Reader(path)
     helper = None
     try:
-        if workers is None:
-            workers = 2 if parallel_ok() and _big(path, reader) else 1
-        if workers > 1 and _FORK:
+        if workers > 1 and _FORK and threading.active_count() == 1:
             helper = _Helper(decoder)
         tables = _load(path, reader, fast, exact, block_bytes, helper)
     finally:
@@ -1200,7 +1172,8 @@ class _EventsReader:
             if not self._merge_pending():
                 continue
             if err is not None:
-                end = self._signalled(err, text, cut)
+                # the error's traceback holds this frame: drop it before anything else is decoded
+                end, err = self._signalled(err, text, cut), None
                 if end is not None:
                     return end
                 continue
