@@ -29,7 +29,6 @@ import gzip
 import json
 import re
 import sys
-import threading
 import zlib
 from collections import Counter
 from dataclasses import dataclass
@@ -1064,8 +1063,9 @@ def load_trace(path: str | Path, *, decoder: str = "auto", block_bytes: int = BL
     """Load a torch.profiler Chrome trace (.json or .json.gz; gzip is recognised by content).
 
     decoder: "auto" (msgspec when installed), "msgspec" or "json" (standard library).
-    workers: processes that decode (1 or 2; 2 forks a helper on Linux, where this process has no
-    other thread a fork could catch holding a lock). The tables are the same either way.
+    workers: processes that decode (1 or 2). 2 forks a helper on Linux: ask for it only where no
+    other thread of this process could be caught by the fork holding a lock. The tables are the
+    same either way.
     Raises UserError for anything that is not a readable torch.profiler trace.
     """
     path = Path(path)
@@ -1078,7 +1078,7 @@ def load_trace(path: str | Path, *, decoder: str = "auto", block_bytes: int = BL
     reader = _Reader(path)
     helper = None
     try:
-        if workers > 1 and _FORK and threading.active_count() == 1:
+        if workers > 1 and _FORK:
             helper = _Helper(decoder)
         tables = _load(path, reader, fast, exact, block_bytes, helper)
     finally:
