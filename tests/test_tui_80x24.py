@@ -227,28 +227,12 @@ def test_the_policies_settings_beside_the_bottom_line_after_the_run():
     asyncio.run(_t_policies(finished=True))
 
 
-def test_the_status_line_leaves_out_the_key_hint_before_it_cuts_the_report_path():
+def _status_bar_after_a_run(report_path: str) -> tuple[str, int, int]:
+    """The replayed diagnose at 80x24 with its report at `report_path`: the status bar's text, its
+    width and its height once the run has finished."""
     import dataclasses
     from gcdoctor.tui.widgets import StatusBar
-    path = "/home/someone/experiments/gcdoctor-runs/2026-12-02/report.html"
-    events = [dataclasses.replace(e, report_path=path) if isinstance(e, RunFinished) else e
-              for e in read_events(str(DIAGNOSE))]
-
-    async def go():
-        app = make_app(events, "diagnose")
-        async with app.run_test(size=(80, 24)) as pilot:
-            await _settle(pilot)
-            return app.query_one(StatusBar).render().plain, app.query_one(StatusBar).content_size.width
-
-    line, width = asyncio.run(go())
-    assert line == f"report: {path}" and len(line) <= width
-
-
-def test_a_report_path_wider_than_the_screen_wraps_whole_onto_a_second_status_line():
-    import dataclasses
-    from gcdoctor.tui.widgets import StatusBar
-    path = "/home/someone/experiments/a-rather-long-project-name/gcdoctor-runs/2026-12-02T05-40-00/report.html"
-    events = [dataclasses.replace(e, report_path=path) if isinstance(e, RunFinished) else e
+    events = [dataclasses.replace(e, report_path=report_path) if isinstance(e, RunFinished) else e
               for e in read_events(str(DIAGNOSE))]
 
     async def go():
@@ -258,7 +242,18 @@ def test_a_report_path_wider_than_the_screen_wraps_whole_onto_a_second_status_li
             bar = app.query_one(StatusBar)
             return bar.render().plain, bar.content_size.width, bar.size.height
 
-    text, width, height = asyncio.run(go())
+    return asyncio.run(go())
+
+
+def test_the_status_line_leaves_out_the_key_hint_before_it_cuts_the_report_path():
+    path = "/home/someone/experiments/gcdoctor-runs/2026-12-02/report.html"
+    line, width, height = _status_bar_after_a_run(path)
+    assert line == f"report: {path}" and len(line) <= width and height == 1
+
+
+def test_a_report_path_wider_than_the_screen_wraps_whole_onto_a_second_status_line():
+    path = "/home/someone/experiments/a-rather-long-project-name/gcdoctor-runs/2026-12-02T05-40-00/report.html"
+    text, width, height = _status_bar_after_a_run(path)
     lines = text.split("\n")
     assert len(lines) == 2 and height == 2
     assert all(len(t) <= width for t in lines) and "…" not in text
