@@ -21,8 +21,10 @@ OP_CAUSES = (
     (("aten::nonzero", "aten::masked_select", "aten::unique", "aten::_unique2", "aten::index"),
      "an op whose output size depends on the data (nonzero, masked_select, boolean indexing, unique)",
      "give it a size bound (nonzero(..., size=)), or use masks with fixed shapes"),
-    ((NO_OP,), "torch.cuda.synchronize(), an event or stream wait, or a library's own synchronisation",
-     "remove the synchronize from the training loop (time with CUDA events read once per interval)"),
+    ((NO_OP,), "a device synchronize (torch.cuda.synchronize(), torch.musa.synchronize()), an event or stream "
+     "wait, or a library's own synchronisation",
+     "remove the synchronize from the training loop (time with device events, torch.cuda.Event or "
+     "torch.musa.Event, read once per interval)"),
 )
 
 
@@ -69,7 +71,7 @@ class SyncStallRule(HostCauseRule):
     How to fix:
     .item() of the loss every step: accumulate on the device and read every N steps. .cpu()/.tolist():
     non_blocking copies into pinned memory, read after an event. `if tensor:`: compute on the device.
-    torch.cuda.synchronize() in the loop: remove it; time with CUDA events.
+    a device synchronize in the loop: remove it; time with device events.
     """
 
     code = "GC022"
