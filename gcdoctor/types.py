@@ -101,6 +101,9 @@ class Verdict:
     # codes of the verdicts this one folds in (the recipe's allocator and optimizer): the bottom line
     # does not repeat them as rows of their own
     folds: list[str] = field(default_factory=list)
+    # the bottom line's mark for this verdict where the rule chooses it: the recipe is "use" once a
+    # fresh process confirmed it and "try" while it is not confirmed; empty: the mark of its kind
+    mark: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)

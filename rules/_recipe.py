@@ -175,6 +175,7 @@ def judge_recipe(rule: Rule, facts: Facts) -> Verdict:
     v = rule.fired("info", f"Use {describe(choice)}: {_tok(speed)} tokens/s ({state})", ev, " ".join(why),
                    how[0].upper() + how[1:], line=line)
     v.folds = sorted(set(folds))
+    v.mark = "use" if state == "confirmed" else "try"
     return v
 
 

@@ -67,7 +67,7 @@ def test_h200_full_run_the_recipe_is_not_the_largest_batch_and_says_it_is_unconf
     assert v.folds == ["GC009"]
     rows = bottom_line_for(facts, evaluate(facts))
     assert [r.render() for r in rows[1:4]] == [
-        "  use  no checkpointing, batch 3, expandable segments: 9,688 tok/s, peak 131.0",
+        "  try  no checkpointing, batch 3, expandable segments: 9,688 tok/s, peak 131.0",
         "       GiB predicted, unconfirmed; +16 % over every layer checkpointed at batch",
         "       13 (the largest batch)"]
 
@@ -87,6 +87,8 @@ def test_h200_confirmed_beside_predicted_and_the_rejected_candidate_said():
     assert ("No checkpointing, batch 3, expandable segments was confirmed first and rejected: 9,100 tok/s, "
             "6.1 % below the prediction (more than 5 %).") in v.explanation
     assert v.folds == []  # the default allocator: GC009's rows stay
+    assert v.mark == "use"  # confirmed in a fresh process: the bottom line says "use", not "try"
+    assert bottom_line_for(facts, evaluate(facts))[1].render().startswith("  use  no checkpointing, batch 2:")
     ev = {e.label: e.value for e in v.evidence}
     assert ev["confirmation 1"].endswith(": rejected (9,100 tok/s, 6.1 % below the prediction (more than 5 %))")
     assert ev["confirmation 2"] == "no checkpointing, batch 2: 9,420 tok/s, peak 106.2 GiB, +0.1% against predicted"
@@ -155,7 +157,7 @@ def test_half_model_on_48gb_composes_one_setting_and_folds_its_parts():
     verdicts = evaluate(facts)
     assert any(x.code == "GC008" and x.status == "fired" for x in verdicts)  # the fused-AdamW finding exists...
     rows = bottom_line_for(facts, verdicts)
-    assert rows[1].mark == "use" and rows[1].key == ("GC007", "")
+    assert rows[1].mark == "try" and rows[1].key == ("GC007", "")  # "try": not yet confirmed
     assert not any(r.key and r.key[0] in ("GC008", "GC009") for r in rows)  # ...and is not repeated
 
 
@@ -208,7 +210,7 @@ def test_the_recipe_survives_ten_competing_rows():
 def test_every_front_end_shows_the_recipe_first():
     facts = half_model_48gb()
     verdicts = evaluate(facts)
-    first = "  use  every layer checkpointed, batch 2, fused AdamW, expandable segments:"
+    first = "  try  every layer checkpointed, batch 2, fused AdamW, expandable segments:"
     assert bottom_line_text(facts, verdicts).splitlines()[1] == first
     from gcdoctor.report.console import summary
     assert summary(facts, verdicts, width=80).splitlines()[1] == first

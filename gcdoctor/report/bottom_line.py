@@ -187,7 +187,7 @@ def _blocks(sel: _Selection, problems: list[str] | None, unjudged: list[tuple[st
     blocks += [_verdict_block("fired", MARK.get(v.severity, "?"), v, width) for v in sel.fired + sel.errors]
     # the healthy answers ("costs +22 %, saves 67 %") come before advice
     blocks += [_verdict_block("ok", "ok", v, width) for v in sel.passed]
-    blocks += [_verdict_block("use", "use" if v.status != "inconclusive" else "?", v, width)
+    blocks += [_verdict_block("use", (v.mark or "use") if v.status != "inconclusive" else "?", v, width)
                for v in sel.prescription]
     blocks += [_verdict_block("dev", "dev", v, width) for v in sel.findings]
     if not sel.fired and not sel.errors and not problems and not sel.passed:

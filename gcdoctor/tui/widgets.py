@@ -21,7 +21,7 @@ SEVERITY_STYLE = {s.name: s.style for s in SEVERITIES}
 SEVERITY_ICON = {s.name: s.icon for s in SEVERITIES}
 LOG_STYLE = {"warning": "text-warning", "error": "text-error"}
 BOTTOM_STYLE = {"err": "bold $text-error", "crit": "bold $text-error", "warn": "bold $text-warning",
-                "stop": "bold $text-error", "ok": "$text-success", "use": "bold $text-primary", "dev": "$text-primary",
+                "stop": "bold $text-error", "ok": "$text-success", "use": "bold $text-primary", "try": "$text-primary", "dev": "$text-primary",
                 "?": "dim", "...": "dim"}
 
 
