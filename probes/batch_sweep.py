@@ -28,10 +28,8 @@ class SweepProbe:
         t_probe = time.monotonic()
         cfg = ctx.config
         facts = SweepFacts(target_batch=cfg.target_batch)
-        fixed = self._fixed_batches(ctx)
+        fixed = self._fixed_batches(ctx, facts)
         facts.searched = fixed is None
-        if fixed is not None:
-            facts.fixed_by = "--batch-sizes" if ctx.config.batch_sizes is not None else "cpu-default"
         ctx.facts.sweep = facts
         if facts.searched:
             self._model_facts(ctx)
@@ -58,15 +56,18 @@ class SweepProbe:
         ctx.save()
 
     @staticmethod
-    def _fixed_batches(ctx) -> list[int] | None:
-        """The batch sizes to measure (--batch-sizes, or a few on the CPU without a memory limit);
-        None: search for the largest that fits."""
-        fixed = ctx.config.batch_sizes
-        if fixed is None and ctx.backend.kind == "cpu" and ctx.backend.memory_limit() is None:
-            fixed = CPU_DEFAULT_BATCHES
+    def _fixed_batches(ctx, facts: SweepFacts) -> list[int] | None:
+        """The batch sizes to measure (--batch-sizes, or a few on the CPU without a memory limit),
+        with who fixed them in `facts.fixed_by`; None: search for the largest that fits."""
+        if ctx.config.batch_sizes is not None:
+            facts.fixed_by = "--batch-sizes"
+            return ctx.config.batch_sizes
+        if ctx.backend.kind == "cpu" and ctx.backend.memory_limit() is None:
+            facts.fixed_by = "cpu-default"
             ctx.log("on the CPU without --memory-limit there is no memory wall to search: "
-                    f"measuring batch sizes {fixed}")
-        return fixed
+                    f"measuring batch sizes {CPU_DEFAULT_BATCHES}")
+            return CPU_DEFAULT_BATCHES
+        return None
 
     def _variant(self, ctx, facts: SweepFacts, variant: str, fixed: list[int] | None,
                  compare_batch: int | None) -> int | None:

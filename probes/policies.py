@@ -31,6 +31,7 @@ from gcdoctor.facts.policies import (CONFIRM_TOLERANCE_PCT, POLICY_OFFLOAD, Poli
                                      RecipeChoice, RecipeConfirmation)
 from gcdoctor.facts.serde import from_dict
 from gcdoctor.facts.sweep import Measurement
+from gcdoctor.facts.views import spread_pct
 from gcdoctor.probes import _policies as P
 
 MAX_CONFIRMATIONS = 2  # fresh processes at most (each builds the full model)
@@ -343,7 +344,7 @@ class PoliciesProbe:
             # a difference inside the steps' own spread is noise, not a wrong prediction
             measured = next((x.measurement for x in ctx.facts.policies.candidates
                              if x.setting == s and x.measurement is not None), None)
-            noise = max(_spread_pct(c.step_ms), _spread_pct(measured.step_ms if measured is not None else []))
+            noise = max(_noise_pct(c.step_ms), _noise_pct(measured.step_ms if measured is not None else []))
             c.tolerance_pct = round(max(CONFIRM_TOLERANCE_PCT, noise), 1)
             if abs(c.off_pct) > c.tolerance_pct:
                 why = (f"{c.tolerance_pct:g} %, the steps' own spread" if noise > CONFIRM_TOLERANCE_PCT
@@ -377,10 +378,11 @@ def _kept_and_timed(facts: PolicyFacts, checks: dict[str, P.CheckResult]) -> lis
     return out
 
 
-def _spread_pct(step_ms: list[float]) -> float:
-    """How far the slowest timed step is above the fastest, in %; 0 for fewer than two steps."""
-    steps = [x for x in step_ms if x and x > 0]
-    return 100.0 * (max(steps) / min(steps) - 1.0) if len(steps) >= 2 else 0.0
+def _noise_pct(step_ms: list[float]) -> float:
+    """The steps' spread without the slowest one: a lone slow step (a page fault, another process
+    on the host) does not move the median that tokens/s come from, so it must not widen the
+    tolerance either (one such step once let a 95 % miss pass). Two steps or fewer: 0."""
+    return spread_pct(sorted(step_ms)[:-1])
 
 
 def _pct_less(a: float, b: float) -> str:

@@ -8,6 +8,7 @@ import re
 import pytest
 import torch
 
+from gcdoctor.facts.views import spread_pct
 from gcdoctor.model import memory as M
 from gcdoctor.model import registry as models
 from gcdoctor.backends.cpu import CpuBackend
@@ -191,7 +192,7 @@ def test_the_probe_measures_the_policies_and_confirms_the_next_recipe_when_one_i
     first, second = pol.confirmations
     for c in (first, second):  # 5 %, or the spread of the steps compared where larger
         assert len(c.step_ms) == 3 and c.tolerance_pct >= 5.0
-        assert c.tolerance_pct >= round(100 * (max(c.step_ms) / min(c.step_ms) - 1), 1)
+        assert c.tolerance_pct >= round(spread_pct(sorted(c.step_ms)[:-1]), 1)  # the slowest step left out
     assert first.fits is True and abs(first.off_pct) > first.tolerance_pct
     assert re.search(r"more than (5 %|[\d.]+ %, the steps' own spread) off\)$", first.rejected), first.rejected
     assert second.fits is True and second.tokens_per_s > 0 and second.choice.accumulation == 2
@@ -226,7 +227,8 @@ def test_the_probe_uses_the_memory_wall_and_the_chunked_loss_under_a_limit(tmp_p
     assert pol.confirmations == [] and any("no recipe to confirm" in n for n in pol.notes)
 
 
-def test_a_confirmation_is_judged_against_5_percent_or_the_steps_own_spread():
-    from gcdoctor.probes.policies import _spread_pct
-    assert _spread_pct([100.0, 112.0, 104.0]) == pytest.approx(12.0)
-    assert _spread_pct([100.0]) == 0.0 and _spread_pct([]) == 0.0
+def test_a_lone_slow_step_does_not_widen_the_confirmations_tolerance():
+    from gcdoctor.probes.policies import _noise_pct
+    # the fresh process of a loaded host: one step 3.4x the others (recorded in a test run)
+    assert _noise_pct([151.48, 39.59, 44.85]) == pytest.approx(100 * (44.85 - 39.59) / 44.85)
+    assert _noise_pct([24.3, 23.6]) == 0.0 and _noise_pct([]) == 0.0

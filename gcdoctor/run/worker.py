@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gcdoctor.facts import Measurement
+from gcdoctor.facts.policies import POLICY_NONE
 from gcdoctor.facts.serde import to_dict
 from gcdoctor.model.allocator import alloc_conf_env
 from gcdoctor.run.capture import _causal_lm_loss
@@ -24,7 +25,6 @@ def recipe_step_factory(model: Any, work: dict[str, Any], backend: Any) -> Calla
     if not setting:
         return None
     from gcdoctor.probes import _policies
-    from gcdoctor.facts.policies import POLICY_NONE
     _policies.apply_policy(model, setting.get("policy", POLICY_NONE), device_kind=backend.kind)
     loss_fn = _policies.chunked_causal_lm_loss if setting.get("chunked_loss") else None
     loss_fn = loss_fn or _causal_lm_loss
